@@ -1,0 +1,29 @@
+"""Exceptions raised by autosched.
+
+Every error a user can cause derives from :class:`AutoschedError`; the CLI turns
+those into one line and exit status 2. Failures of *candidates* (a kernel that does
+not build, hangs or computes the wrong answer) are never exceptions: they are
+records with an error kind (see :mod:`autosched.records.record`).
+"""
+
+from __future__ import annotations
+
+
+class AutoschedError(Exception):
+    """Root of every autosched exception."""
+
+
+class InvalidInputError(AutoschedError, ValueError):
+    """A user-supplied value is malformed; the message names it and what is accepted."""
+
+
+class DeviceError(AutoschedError):
+    """No OpenCL device matches, or the device cannot be opened."""
+
+
+class RecordsError(AutoschedError):
+    """The records database cannot be opened, read or written."""
+
+
+class ScheduleError(AutoschedError):
+    """A configuration cannot be applied to a workload (a bug or an invalid config)."""

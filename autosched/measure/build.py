@@ -1,0 +1,93 @@
+"""Build: config -> scheduled TVM module -> OpenCL C source and launch geometry.
+
+The geometry is read from TVM's lowered device functions (their ``thread_extent``
+attributes and parameters), never parsed out of the generated C.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autosched.errors import ScheduleError
+from autosched.measure.program import KernelLaunch, KernelProgram
+from autosched.space.config import Config
+from autosched.space.schedule import prim_func_tensors, schedule
+from autosched.space.space import Space
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    """A built program, or an error kind (``invalid`` or ``build_error``) and message."""
+
+    program: KernelProgram | None
+    status: str = "ok"
+    error: str = ""
+    seconds: float = 0.0
+
+
+def build(space: Space, config: Config) -> KernelProgram:
+    """Lower ``config`` to OpenCL. Raises ScheduleError (invalid) or other errors (build)."""
+    import tvm
+    from tvm.target import Target
+    from tvm.tirx.build import codegen_build, split_host_device_mods
+
+    mod = schedule(space, config)
+    target = Target({"kind": "opencl"})
+    mod = tvm.tirx.transform.BindTarget(target.with_host(Target({"kind": "llvm"})))(mod)
+    pipeline, _finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+    mod = pipeline(mod)
+    _host, device_mods = split_host_device_mods(mod)
+    if len(device_mods) != 1:
+        raise ScheduleError(f"expected one device module, got {len(device_mods)}")
+    (dev_target, dev_mod), = device_mods.items()
+    dev_mod = finalize_device()(dev_mod)
+
+    tensors = space.workload.tensor_specs(with_intermediates=not config.get("fuse", True))
+    names = [t.name for t in prim_func_tensors(space, config)]
+    assert names == [t.name for t in tensors], (names, tensors)
+    launches = []
+    funcs = sorted(dev_mod.functions.items(), key=lambda kv: _launch_order(kv[0].name_hint))
+    for gv, func in funcs:
+        args = []
+        for p in func.params:
+            pname = str(p.name).removesuffix("_ptr")
+            if pname not in names:
+                raise ScheduleError(f"kernel {gv.name_hint} takes {p.name}, which is not a buffer")
+            args.append(names.index(pname))
+        extents: dict[str, int] = {}
+        _thread_extents(func.body, extents)
+        launches.append(_launch(gv.name_hint, tuple(args), extents))
+    source = codegen_build(dev_mod, dev_target).inspect_source()
+    return KernelProgram(source=source, kernels=tuple(launches), tensors=tuple(tensors))
+
+
+def _launch_order(name: str) -> int:
+    # TVM names kernels main_kernel, main_kernel_1, ... in launch order.
+    tail = name.rsplit("_", 1)[-1]
+    return int(tail) if tail.isdigit() else 0
+
+
+def _thread_extents(stmt, out: dict[str, int]) -> None:
+    from tvm.tirx import stmt as S
+
+    if isinstance(stmt, S.AttrStmt) and stmt.attr_key == "thread_extent":
+        out[str(stmt.node.thread_tag)] = int(stmt.value)
+    if isinstance(stmt, S.SeqStmt):
+        for child in stmt.seq:
+            _thread_extents(child, out)
+    for field in ("body", "then_case", "else_case"):
+        child = getattr(stmt, field, None)
+        if isinstance(child, S.Stmt):
+            _thread_extents(child, out)
+
+
+def _launch(name: str, args: tuple[int, ...], extents: dict[str, int]) -> KernelLaunch:
+    dims = max([int(k[-1] == "y") + 2 * int(k[-1] == "z") for k in extents] + [0]) + 1
+    groups = [extents.get(f"blockIdx.{'xyz'[d]}", 1) for d in range(dims)]
+    local = [extents.get(f"threadIdx.{'xyz'[d]}", 1) for d in range(dims)]
+    return KernelLaunch(
+        name=name,
+        args=args,
+        global_size=tuple(g * t for g, t in zip(groups, local)),
+        local_size=tuple(local),
+    )

@@ -1,0 +1,153 @@
+"""OpenCL devices: discovery, selection and the fingerprint that records are keyed by."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+
+from autosched.errors import DeviceError, InvalidInputError
+from autosched.records.record import canonical_json
+from autosched.space.space import DeviceLimits
+
+
+@dataclass(frozen=True)
+class Device:
+    """An OpenCL device as plain data; ``index`` is its position in ``list_devices()``."""
+
+    index: int
+    platform_index: int
+    device_index: int
+    platform: str
+    platform_version: str
+    name: str
+    version: str
+    driver_version: str
+    opencl_c_version: str
+    type: str  # "cpu", "gpu", "accelerator"
+    compute_units: int
+    max_work_group_size: int
+    max_work_item_sizes: tuple[int, ...]
+    local_mem_bytes: int
+    global_mem_bytes: int
+
+    @property
+    def selector(self) -> str:
+        return f"{self.platform_index}:{self.device_index}"
+
+    @property
+    def limits(self) -> DeviceLimits:
+        return DeviceLimits(
+            max_work_group_size=self.max_work_group_size,
+            max_work_item_size=self.max_work_item_sizes[0],
+            local_mem_bytes=self.local_mem_bytes,
+            is_cpu=self.type == "cpu",
+        )
+
+    def fingerprint(self, target: str = "opencl") -> dict:
+        """Everything that can change a measurement: hardware, driver, compilers."""
+        from autosched import __version__
+
+        fp = asdict(self)
+        # Positions depend on what else is installed; PoCL derives global memory from
+        # the host's free RAM. Neither changes how a kernel runs.
+        for k in ("index", "platform_index", "device_index", "global_mem_bytes"):
+            fp.pop(k)
+        fp["max_work_item_sizes"] = list(self.max_work_item_sizes)
+        fp["target"] = target
+        fp["autosched_version"] = __version__
+        fp["tvm_version"] = _tvm_version()
+        m = re.search(r"PoCL (\S+)", self.platform_version)
+        fp["pocl_version"] = m.group(1) if m else ""
+        return fp
+
+    def key(self, target: str = "opencl") -> str:
+        """Exact identity: hash of the full fingerprint."""
+        return hashlib.sha1(canonical_json(self.fingerprint(target)).encode()).hexdigest()[:16]
+
+    def family(self, target: str = "opencl") -> str:
+        """Same hardware whatever the driver and library versions."""
+        text = canonical_json([target, self.platform, self.name, self.compute_units])
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _tvm_version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("apache-tvm")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+_TYPES = {2: "cpu", 4: "gpu", 8: "accelerator"}
+
+
+@lru_cache(maxsize=1)
+def list_devices() -> tuple[Device, ...]:
+    """Every OpenCL device on this machine, in platform then device order."""
+    try:
+        import pyopencl as cl
+
+        platforms = cl.get_platforms()
+    except Exception as exc:  # no ICD loader, no platform
+        raise DeviceError(
+            f"no OpenCL platform found ({exc}); install an OpenCL driver, "
+            "e.g. `apt-get install pocl-opencl-icd ocl-icd-libopencl1`"
+        ) from None
+    out = []
+    for pi, p in enumerate(platforms):
+        for di, d in enumerate(p.get_devices()):
+            out.append(
+                Device(
+                    index=len(out),
+                    platform_index=pi,
+                    device_index=di,
+                    platform=p.name.strip(),
+                    platform_version=p.version.strip(),
+                    name=d.name.strip(),
+                    version=d.version.strip(),
+                    driver_version=d.driver_version.strip(),
+                    opencl_c_version=getattr(d, "opencl_c_version", "").strip(),
+                    type=_TYPES.get(d.type & 14, "other"),
+                    compute_units=int(d.max_compute_units),
+                    max_work_group_size=int(d.max_work_group_size),
+                    max_work_item_sizes=tuple(int(x) for x in d.max_work_item_sizes),
+                    local_mem_bytes=int(d.local_mem_size),
+                    global_mem_bytes=int(d.global_mem_size),
+                )
+            )
+    if not out:
+        raise DeviceError("no OpenCL device found; install an OpenCL driver (e.g. pocl-opencl-icd)")
+    return tuple(out)
+
+
+def select_device(selector: str | int | None = None) -> Device:
+    """Pick a device.
+
+    ``selector`` is None (the first GPU, else the first device), an index into
+    ``list_devices()`` (``"0"``), ``"platform:device"`` (``"0:1"``), or a substring of
+    the device or platform name (case-insensitive, ``"pthread"``).
+    """
+    devices = list_devices()
+    accepted = "an index (0..{}), 'platform:device', or part of a device name".format(len(devices) - 1)
+    if selector is None or selector == "":
+        gpus = [d for d in devices if d.type == "gpu"]
+        return (gpus or list(devices))[0]
+    text = str(selector).strip()
+    if text.isdigit():
+        i = int(text)
+        if i < len(devices):
+            return devices[i]
+        raise InvalidInputError(f"no device {text!r}; accepted: {accepted}")
+    if re.fullmatch(r"\d+:\d+", text):
+        for d in devices:
+            if d.selector == text:
+                return d
+        raise InvalidInputError(f"no device {text!r}; accepted: {accepted}")
+    matches = [d for d in devices if text.lower() in f"{d.platform} {d.name}".lower()]
+    if not matches:
+        names = "; ".join(f"{d.index}: {d.name}" for d in devices)
+        raise InvalidInputError(f"no device matches {text!r}; accepted: {accepted} (devices: {names})")
+    return matches[0]

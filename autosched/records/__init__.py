@@ -1,0 +1,6 @@
+"""Records: every measurement kept, best per workload and device queried."""
+
+from autosched.records.base import Database
+from autosched.records.record import STATUSES, Record
+
+__all__ = ["Database", "Record", "STATUSES"]

@@ -1,0 +1,100 @@
+"""The measurement record: one row of the records database.
+
+A record is immutable, plain data and JSON-serialisable. It names everything that
+changes the answer: the workload (op, shapes, dtype, epilogue), the target and the
+full device fingerprint, the schedule config, and what happened when it ran.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# Status of a measured candidate. "ok" means the output matched the reference and
+# the timing counts; every other value is an error kind.
+OK = "ok"
+INVALID = "invalid"  # rejected by the space or device limits before any build
+BUILD_ERROR = "build_error"  # TVM scheduling/codegen or the OpenCL compiler failed
+RUN_ERROR = "run_error"  # the launch failed or the worker process crashed
+TIMEOUT = "timeout"  # the candidate exceeded its time limit and its worker was killed
+WRONG_RESULT = "wrong_result"  # ran, but the output does not match the reference
+STATUSES = (OK, INVALID, BUILD_ERROR, RUN_ERROR, TIMEOUT, WRONG_RESULT)
+
+FORMAT_VERSION = 1
+
+
+def canonical_json(value: Any) -> str:
+    """JSON with sorted keys and no whitespace: the text that keys are hashed from."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Record:
+    """One measurement of one config of one workload on one device.
+
+    Attributes:
+        workload_key: stable key of the workload (``Workload.key``).
+        workload: the workload as plain data (``Workload.to_json()``).
+        target: code generation target, ``"opencl"`` or ``"llvm"``.
+        device_key: hash of the full device fingerprint (exact match).
+        device_family: hash of target + platform + device name, without versions;
+            records of the same hardware with another driver share it.
+        device: the full fingerprint as plain data.
+        config_key: stable key of the config (``Config.key``).
+        config: the config as plain data (knob name -> value).
+        status: ``"ok"`` or an error kind, one of :data:`STATUSES`.
+        error: the error message; empty when ``status == "ok"``.
+        latencies: every timed repeat, seconds (empty unless ok).
+        latency_s: median of ``latencies`` (None unless ok).
+        spread: inter-quartile range of ``latencies`` divided by the median.
+        gflops: useful floating point work / latency_s / 1e9 (None unless ok).
+        timestamp: UNIX time of the measurement.
+        run_id: identifies the tuning run that produced the record.
+        id: database row id; None until stored.
+    """
+
+    workload_key: str
+    workload: dict[str, Any]
+    target: str
+    device_key: str
+    device_family: str
+    device: dict[str, Any]
+    config_key: str
+    config: dict[str, Any]
+    status: str
+    error: str = ""
+    latencies: tuple[float, ...] = ()
+    latency_s: float | None = None
+    spread: float | None = None
+    gflops: float | None = None
+    timestamp: float = 0.0
+    run_id: str = ""
+    id: int | None = field(default=None, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    @property
+    def op(self) -> str:
+        return str(self.workload["op"])
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain data for JSON Lines export (includes the format version)."""
+        data = asdict(self)
+        data["latencies"] = list(self.latencies)
+        data["format_version"] = FORMAT_VERSION
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Record:
+        """Inverse of :meth:`to_json`; raises KeyError/TypeError/ValueError on bad data."""
+        data = dict(data)
+        version = data.pop("format_version", FORMAT_VERSION)
+        if version != FORMAT_VERSION:
+            raise ValueError(f"format_version {version!r} is not supported (expected {FORMAT_VERSION})")
+        data["latencies"] = tuple(float(x) for x in data.get("latencies", ()))
+        if data.get("status") not in STATUSES:
+            raise ValueError(f"status {data.get('status')!r} is not one of {', '.join(STATUSES)}")
+        return cls(**data)

@@ -1,0 +1,112 @@
+"""What the schedule space is derived from: the loop nest of a workload's main stage.
+
+The space never looks at the operator's name. It reads, from the PrimFunc that TVM
+makes of the TE compute, the main block's spatial and reduction axes with their
+extents, and for each input the affine index expressions of its accesses. That is
+enough to tile any contraction (matmul, batch matmul, convolution) and to estimate
+tile footprints and bytes moved before anything is built.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from autosched.errors import ScheduleError
+from autosched.ops.base import Workload
+
+
+@dataclass(frozen=True)
+class Axis:
+    name: str
+    extent: int
+    kind: str  # "S" (spatial) or "R" (reduction)
+
+
+@dataclass(frozen=True)
+class Access:
+    """An input read by the main block: one affine form per buffer dimension.
+
+    ``dims[d]`` is a tuple of (axis name, coefficient) pairs; ``extents[d]`` is the
+    region extent TVM reports for that dimension (1 for a point access).
+    """
+
+    buffer: str
+    dims: tuple[tuple[tuple[str, int], ...], ...]
+    extents: tuple[int, ...]
+
+    def footprint(self, tile: dict[str, int]) -> int:
+        """Elements touched when each axis ranges over ``tile[axis]`` consecutive values."""
+        total = 1
+        for terms, ext in zip(self.dims, self.extents):
+            span = sum(abs(c) * (tile.get(a, 1) - 1) for a, c in terms) + ext
+            total *= span
+        return total
+
+
+@dataclass(frozen=True)
+class LoopNest:
+    main: str  # name of the main block
+    axes: tuple[Axis, ...]  # in loop order: spatial first, then reduction
+    inputs: tuple[Access, ...]
+    output: str
+    producers: tuple[str, ...]
+    epilogue: tuple[str, ...]
+
+    @property
+    def spatial(self) -> tuple[Axis, ...]:
+        return tuple(a for a in self.axes if a.kind == "S")
+
+    @property
+    def reduction(self) -> tuple[Axis, ...]:
+        return tuple(a for a in self.axes if a.kind == "R")
+
+
+def analyze(workload: Workload) -> LoopNest:
+    """The loop nest of ``workload``'s main stage (cached per workload key)."""
+    return _analyze_cached(workload.key, workload)
+
+
+@lru_cache(maxsize=256)
+def _analyze_cached(key: str, workload: Workload) -> LoopNest:
+    import tvm
+    from tvm import te
+    from tvm.s_tir import Schedule
+
+    st = workload.stages()
+    sch = Schedule(te.create_prim_func([*st.inputs, *st.outputs]))
+    block = sch.get(sch.get_sblock(st.main.op.name))
+    axes = []
+    var_names = {}
+    for iv in block.iter_vars:
+        kind = {0: "S", 2: "R"}.get(int(iv.iter_type))
+        if kind is None:
+            raise ScheduleError(f"{workload}: main block has an axis of unsupported kind {iv}")
+        name = str(iv.var.name).removeprefix("v_")
+        var_names[name] = iv.var
+        axes.append(Axis(name, int(iv.dom.extent), kind))
+    variables = list(var_names.values())
+    inputs = []
+    for region in block.reads:
+        buf = region.source.name
+        if buf == st.main.op.name:  # the accumulator itself (update reads C)
+            continue
+        dims, extents = [], []
+        for rng in region.region:
+            coeffs = tvm.sym.detect_linear_equation(rng.min, variables)
+            if len(coeffs) != len(variables) + 1:
+                raise ScheduleError(f"{workload}: access {region} is not affine in the loop axes")
+            terms = tuple(
+                (name, int(c)) for name, c in zip(var_names, coeffs[:-1]) if int(c) != 0
+            )
+            dims.append(terms)
+            extents.append(int(rng.extent))
+        inputs.append(Access(buf, tuple(dims), tuple(extents)))
+    return LoopNest(
+        main=st.main.op.name,
+        axes=tuple(sorted(axes, key=lambda a: a.kind == "R")),
+        inputs=tuple(inputs),
+        output=st.main.op.name,
+        producers=tuple(t.op.name for t in st.producers),
+        epilogue=tuple(t.op.name for t in st.epilogue),
+    )

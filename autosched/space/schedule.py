@@ -1,0 +1,141 @@
+"""Apply a config to a workload: knob values -> ``tvm.s_tir.Schedule`` primitives."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autosched.errors import ScheduleError
+from autosched.space.config import Config
+from autosched.space.space import Space
+
+if TYPE_CHECKING:
+    import tvm
+
+
+def prim_func_tensors(space: Space, config: Config) -> list:
+    """The TE tensors that become PrimFunc parameters, in order.
+
+    An unfused epilogue needs its input (the main stage's result) in global memory
+    between the two kernels, so it becomes an extra parameter: the runner allocates
+    it as scratch. Its order matches ``Workload.tensor_specs``.
+    """
+    st = space.workload.stages()
+    tensors = [*st.inputs, *st.outputs]
+    if st.epilogue and not config.get("fuse", True):
+        tensors.append(st.main)
+    return tensors
+
+
+def schedule(space: Space, config: Config) -> tvm.IRModule:
+    """The scheduled module for ``config``; raises ScheduleError if TVM rejects it."""
+    from tvm import te
+    from tvm.s_tir import Schedule
+
+    reason = space.check(config)
+    if reason:
+        raise ScheduleError(f"invalid config: {reason}")
+    func = te.create_prim_func(prim_func_tensors(space, config))
+    sch = Schedule(func)
+    try:
+        _apply(sch, space, config)
+    except Exception as exc:  # TVM raises its own error types; keep the message
+        raise ScheduleError(f"{type(exc).__name__}: {exc}") from exc
+    return sch.mod
+
+
+def _apply(sch, space: Space, config: Config) -> None:
+    nest = space.nest
+    for name in nest.producers:
+        sch.compute_inline(sch.get_sblock(name))
+    block = sch.get_sblock(nest.main)
+    loops = sch.get_loops(block)
+    by_axis = dict(zip((a.name for a in nest.axes), loops))
+
+    groups, threads, regs = [], [], []
+    vec_loop = None
+    inner = nest.spatial[-1].name
+    vec = int(config["vec"])
+    for ax in nest.spatial:
+        t, r = config[f"tile.{ax.name}"]
+        if ax.name == inner:
+            g, th, ro, rv = sch.split(by_axis[ax.name], [None, t, r // vec, vec])
+            regs.append(ro)
+            vec_loop = rv
+        else:
+            g, th, ro = sch.split(by_axis[ax.name], [None, t, r])
+            regs.append(ro)
+        groups.append(g)
+        threads.append(th)
+    red_outer, red_mid, red_inner = [], [], []
+    for ax in nest.reduction:
+        c, u = config[f"tile.{ax.name}"]
+        o, m, i = sch.split(by_axis[ax.name], [None, c // u, u])
+        red_outer.append(o)
+        red_mid.append(m)
+        red_inner.append(i)
+    sch.reorder(*groups, *threads, *red_outer, *red_mid, *red_inner, *regs, vec_loop)
+    bx = sch.fuse(*groups)
+    tx = sch.fuse(*threads)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    n_threads = space.threads(config)
+
+    # Stage inputs per reduction chunk, fetched cooperatively by the work-group.
+    if nest.reduction:
+        for acc in nest.inputs:
+            if config[f"stage.{acc.buffer}"] != "local":
+                continue
+            read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
+            cache = sch.cache_read(block, read_index, "shared")
+            sch.compute_at(cache, red_outer[-1])
+            # Loops above the copy: group, thread, then each reduction's outer loop.
+            copy_loops = sch.get_loops(cache)[2 + len(red_outer) :]
+            fused = sch.fuse(*copy_loops)
+            _, ct = sch.split(fused, [None, n_threads])
+            sch.bind(ct, "threadIdx.x")
+
+    # Register accumulators, written back (with the epilogue when fused) per work-item.
+    acc_block = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc_block, tx)
+    if nest.epilogue and config.get("fuse", True):
+        for name in nest.epilogue:
+            sch.reverse_compute_inline(sch.get_sblock(name))
+    # TVM drops unit loops, so the write-back nest may have fewer loops than axes; with
+    # vec > 1 the innermost axis has a tile of at least vec and is the last loop.
+    wb_loops = list(sch.get_loops(acc_block)[2:])
+    if vec > 1:
+        wb_o, wb_v = sch.split(wb_loops.pop(), [None, vec])
+        sch.vectorize(wb_v)
+        wb_loops.append(wb_o)
+    for lp in wb_loops:
+        sch.unroll(lp)
+
+    if nest.epilogue and not config.get("fuse", True):
+        for name in nest.epilogue:
+            _schedule_elementwise(sch, sch.get_sblock(name), space, vec)
+
+    if vec > 1:
+        sch.vectorize(vec_loop)
+    for lp in (*red_inner, *regs):
+        sch.unroll(lp)
+    if nest.reduction:
+        sch.decompose_reduction(block, red_outer[0])
+    elif vec_loop is None:
+        raise ScheduleError("no loop to vectorize")
+
+
+def _schedule_elementwise(sch, block, space: Space, vec: int) -> None:
+    """Its own kernel: one work-item per ``vec`` consecutive outputs, 64 per group."""
+    fused = sch.fuse(*sch.get_loops(block))
+    total = 1
+    for ax in space.nest.spatial:
+        total *= ax.extent
+    v = vec if total % vec == 0 else 1
+    per_group = 64
+    while total % (per_group * v):
+        per_group //= 2
+    g, t, inner = sch.split(fused, [None, per_group, v])
+    sch.bind(g, "blockIdx.x")
+    sch.bind(t, "threadIdx.x")
+    if v > 1:
+        sch.vectorize(inner)

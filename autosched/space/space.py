@@ -1,0 +1,297 @@
+"""The schedule space of a workload on a target and device.
+
+Knobs (all derived from the loop nest, see :mod:`autosched.space.loopnest`):
+
+* ``tile.<axis>`` for each spatial axis: ``(threads, reg)``. The axis is split into
+  ``[groups, threads, reg]``: work-groups, work-items per group, and a register tile
+  each work-item computes. ``threads == 1`` everywhere gives one work-item per group,
+  which is what PoCL's CPU device runs best.
+* ``tile.<axis>`` for each reduction axis: ``(chunk, unroll)``: the axis is split into
+  ``[outer, chunk / unroll, unroll]``; operands staged in local memory are loaded per
+  chunk, and the innermost ``unroll`` iterations are unrolled.
+* ``vec``: explicit vector width on the innermost spatial axis (``float16`` and
+  friends in the OpenCL C). Must divide that axis' register tile.
+* ``stage.<input>``: ``"global"`` (read directly) or ``"local"`` (staged per chunk in
+  local memory by the whole work-group).
+* ``fuse``: present when the workload has an epilogue; ``True`` computes it in the
+  main kernel from the register accumulators, ``False`` runs it as its own kernel.
+
+Register accumulators are always used (``cache_write`` to local scope): there is no
+device on which accumulating through global memory wins.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import InvalidInputError
+from autosched.ops.base import Workload
+from autosched.space.config import Config
+from autosched.space.loopnest import LoopNest, analyze
+
+TARGETS = ("opencl",)
+VECTOR_WIDTHS = (1, 2, 4, 8, 16)
+UNROLLS = (1, 2, 4, 8)
+MAX_REG_ELEMS = 256  # accumulators per work-item; past this every device spills
+MAX_REG_PER_AXIS = 64
+MAX_THREADS_PER_AXIS = 256
+MAX_CHUNK = 64
+
+
+@dataclass(frozen=True)
+class DeviceLimits:
+    """What the device allows; configs outside it are pruned before any build."""
+
+    max_work_group_size: int = 1024
+    max_work_item_size: int = 1024  # first dimension: we launch 1-D work-groups
+    local_mem_bytes: int = 48 * 1024
+    is_cpu: bool = False
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    choices: tuple[Any, ...]
+
+
+def _divisors(n: int) -> list[int]:
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+class Space:
+    """All schedules of one workload for one target and device.
+
+    Args:
+        workload: the operator instance.
+        target: code generation target; one of :data:`TARGETS`.
+        limits: the device's limits.
+    """
+
+    def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:
+        if target not in TARGETS:
+            raise InvalidInputError(f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}")
+        self.workload = workload
+        self.target = target
+        self.limits = limits
+        self.nest: LoopNest = analyze(workload)
+        self.knobs: tuple[Knob, ...] = tuple(self._make_knobs())
+        self._by_name = {k.name: k for k in self.knobs}
+
+    # -- construction ---------------------------------------------------------------
+    def _make_knobs(self) -> list[Knob]:
+        knobs = []
+        for ax in self.nest.spatial:
+            pairs = [
+                (t, r)
+                for t in _divisors(ax.extent)
+                if t <= MAX_THREADS_PER_AXIS
+                for r in _divisors(ax.extent // t)
+                if r <= MAX_REG_PER_AXIS
+            ]
+            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
+        for ax in self.nest.reduction:
+            pairs = [
+                (c, u)
+                for c in _divisors(ax.extent)
+                if c <= MAX_CHUNK
+                for u in UNROLLS
+                if c % u == 0
+            ]
+            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
+        inner = self.nest.spatial[-1].extent
+        knobs.append(Knob("vec", tuple(v for v in VECTOR_WIDTHS if inner % v == 0)))
+        for acc in self.nest.inputs:
+            knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
+        if self.nest.epilogue:
+            knobs.append(Knob("fuse", (True, False)))
+        return knobs
+
+    # -- queries --------------------------------------------------------------------
+    def knob(self, name: str) -> Knob:
+        return self._by_name[name]
+
+    @property
+    def size(self) -> int:
+        """Upper bound on the number of configs (before joint constraints)."""
+        return math.prod(len(k.choices) for k in self.knobs)
+
+    def threads(self, config: Config) -> int:
+        return math.prod(config[f"tile.{a.name}"][0] for a in self.nest.spatial)
+
+    def reg_elems(self, config: Config) -> int:
+        return math.prod(config[f"tile.{a.name}"][1] for a in self.nest.spatial)
+
+    def groups(self, config: Config) -> int:
+        return math.prod(
+            a.extent // (config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1])
+            for a in self.nest.spatial
+        )
+
+    def group_tile(self, config: Config) -> dict[str, int]:
+        """Extent of each axis covered by one work-group per chunk of the reduction."""
+        tile = {a.name: config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1] for a in self.nest.spatial}
+        tile.update({a.name: config[f"tile.{a.name}"][0] for a in self.nest.reduction})
+        return tile
+
+    def local_mem_bytes(self, config: Config) -> int:
+        tile = self.group_tile(config)
+        itemsize = np.dtype(self.workload.dtype).itemsize
+        return sum(
+            acc.footprint(tile) * itemsize
+            for acc in self.nest.inputs
+            if config[f"stage.{acc.buffer}"] == "local"
+        )
+
+    def check(self, config: Config) -> str | None:
+        """Why ``config`` is not valid here, or None if it is."""
+        if set(config) != set(self._by_name):
+            return f"knobs {sorted(config)} do not match the space's {sorted(self._by_name)}"
+        for name, value in config.items():
+            if value not in self._by_name[name].choices:
+                return f"{name}={value!r} is not one of the space's choices"
+        for ax in self.nest.spatial:
+            t, r = config[f"tile.{ax.name}"]
+            if ax.extent % (t * r):
+                return f"tile.{ax.name}={t}x{r} does not divide extent {ax.extent}"
+        threads = self.threads(config)
+        if threads > min(self.limits.max_work_group_size, self.limits.max_work_item_size):
+            return f"work-group of {threads} work-items exceeds the device limit {self.limits.max_work_group_size}"
+        if self.reg_elems(config) > MAX_REG_ELEMS:
+            return f"register tile of {self.reg_elems(config)} accumulators exceeds {MAX_REG_ELEMS}"
+        inner = self.nest.spatial[-1]
+        if config[f"tile.{inner.name}"][1] % config["vec"]:
+            return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
+        local = self.local_mem_bytes(config)
+        if local > self.limits.local_mem_bytes:
+            return f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
+        return None
+
+    def is_valid(self, config: Config) -> bool:
+        return self.check(config) is None
+
+    # -- generation -----------------------------------------------------------------
+    def default(self) -> Config:
+        """The untuned schedule: one output per work-item, 8x8-ish work-groups, no vectors."""
+        values: dict[str, Any] = {}
+        budget = 64
+        for ax in reversed(self.nest.spatial):
+            t = max(d for d in _divisors(ax.extent) if d <= min(8, budget))
+            budget //= t
+            values[f"tile.{ax.name}"] = (t, 1)
+        for ax in self.nest.reduction:
+            values[f"tile.{ax.name}"] = (1, 1)
+        values["vec"] = 1
+        for acc in self.nest.inputs:
+            values[f"stage.{acc.buffer}"] = "global"
+        if self.nest.epilogue:
+            values["fuse"] = True
+        config = Config(values)
+        reason = self.check(config)
+        if reason:  # only on a device with tiny limits
+            values.update({f"tile.{a.name}": (1, 1) for a in self.nest.spatial})
+            config = Config(values)
+        return config
+
+    def sample(self, rng: np.random.Generator, n: int = 1, *, max_tries: int = 100) -> list[Config]:
+        """Up to ``n`` distinct valid configs drawn uniformly per knob (rejection sampling)."""
+        out: dict[str, Config] = {}
+        tries = 0
+        while len(out) < n and tries < max_tries * n:
+            tries += 1
+            c = Config({k.name: k.choices[rng.integers(len(k.choices))] for k in self.knobs})
+            if self.is_valid(c):
+                out.setdefault(c.key, c)
+        return list(out.values())
+
+    def mutate(self, config: Config, rng: np.random.Generator, *, max_tries: int = 50) -> Config | None:
+        """A valid config that differs from ``config`` in one knob, or None."""
+        for _ in range(max_tries):
+            knob = self.knobs[rng.integers(len(self.knobs))]
+            if len(knob.choices) < 2:
+                continue
+            value = knob.choices[rng.integers(len(knob.choices))]
+            if value == config[knob.name]:
+                continue
+            c = config.replace(**{knob.name: value})
+            if self.is_valid(c):
+                return c
+        return None
+
+    def crossover(self, a: Config, b: Config, rng: np.random.Generator, *, max_tries: int = 20) -> Config | None:
+        """A valid config taking each knob from ``a`` or ``b`` at random, or None."""
+        for _ in range(max_tries):
+            c = Config({k.name: (a if rng.random() < 0.5 else b)[k.name] for k in self.knobs})
+            if self.is_valid(c):
+                return c
+        return None
+
+    def enumerate(self, limit: int | None = None) -> list[Config]:
+        """Valid configs in a fixed order (for small spaces and tests)."""
+        out = []
+        for values in itertools.product(*(k.choices for k in self.knobs)):
+            c = Config(dict(zip((k.name for k in self.knobs), values)))
+            if self.is_valid(c):
+                out.append(c)
+                if limit is not None and len(out) >= limit:
+                    break
+        return out
+
+    # -- description for the cost model -----------------------------------------------
+    def describe(self, config: Config) -> dict[str, float]:
+        """Derived quantities of a config: the cost model's hand-made features.
+
+        Names are the same for every workload of an operator, so a model trained on
+        one shape can rank configs of another.
+        """
+        itemsize = np.dtype(self.workload.dtype).itemsize
+        threads = self.threads(config)
+        reg = self.reg_elems(config)
+        groups = self.groups(config)
+        red = self.nest.reduction
+        chunk = math.prod(config[f"tile.{a.name}"][0] for a in red) if red else 1
+        unroll = math.prod(config[f"tile.{a.name}"][1] for a in red) if red else 1
+        red_total = math.prod(a.extent for a in red) if red else 1
+        # Per work-item, per reduction step: loads of each input for its register tile.
+        item_tile = {a.name: config[f"tile.{a.name}"][1] for a in self.nest.spatial}
+        item_loads = sum(acc.footprint(item_tile) for acc in self.nest.inputs)
+        staged = sum(config[f"stage.{acc.buffer}"] == "local" for acc in self.nest.inputs)
+        inner = self.nest.spatial[-1]
+        feats: dict[str, float] = {
+            "log_threads": math.log2(threads),
+            "log_groups": math.log2(groups),
+            "log_reg": math.log2(reg),
+            "log_vec": math.log2(config["vec"]),
+            "vec_regs": reg / config["vec"],
+            "log_chunk": math.log2(chunk),
+            "log_unroll": math.log2(unroll),
+            "log_red": math.log2(red_total),
+            "log_work_items": math.log2(threads * groups),
+            "item_loads_per_step": float(item_loads),
+            "intensity": reg / max(item_loads, 1),
+            "local_bytes": float(self.local_mem_bytes(config)),
+            "staged": float(staged),
+            "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
+            "inner_reg": float(config[f"tile.{inner.name}"][1]),
+            "inner_threads": float(config[f"tile.{inner.name}"][0]),
+            "group_footprint_kb": sum(acc.footprint(self.group_tile(config)) for acc in self.nest.inputs)
+            * itemsize
+            / 1024,
+            "unrolled_body": float(reg / config["vec"] * unroll),
+        }
+        for i, ax in enumerate(self.nest.spatial):
+            t, r = config[f"tile.{ax.name}"]
+            feats[f"s{i}_log_threads"] = math.log2(t)
+            feats[f"s{i}_log_reg"] = math.log2(r)
+            feats[f"s{i}_log_extent"] = math.log2(ax.extent)
+        for acc in self.nest.inputs:
+            feats[f"stage_{acc.buffer}"] = float(config[f"stage.{acc.buffer}"] == "local")
+        return feats
+
+    def validate_all(self, configs: Sequence[Config]) -> list[str | None]:
+        return [self.check(c) for c in configs]
