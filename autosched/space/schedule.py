@@ -90,6 +90,8 @@ def _apply(sch, space: Space, config: Config) -> None:
             sch.compute_at(cache, red_outer[-1])
             # Loops above the copy: group, thread, then each reduction's outer loop.
             copy_loops = sch.get_loops(cache)[2 + len(red_outer) :]
+            if not copy_loops:  # a single element per chunk: every work-item loads it
+                continue
             fused = sch.fuse(*copy_loops)
             _, ct = sch.split(fused, [None, n_threads])
             sch.bind(ct, "threadIdx.x")

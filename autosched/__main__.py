@@ -1,0 +1,5 @@
+import sys
+
+from autosched.cli import main
+
+sys.exit(main())

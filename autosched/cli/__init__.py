@@ -1,0 +1,262 @@
+"""The ``autosched`` command line: a thin layer over the Python API.
+
+Every user error ends as one line on stderr and exit status 2; never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any, NoReturn
+
+from autosched.errors import AutoschedError, InvalidInputError
+
+log = logging.getLogger("autosched.cli")
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:  # one line, status 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def parse_shape(op: str, text: str) -> dict[str, Any]:
+    """``"512,512,512"`` or ``"M=512,N=512,K=512"`` -> keyword parameters of the op."""
+    from autosched.ops import OPS
+
+    if op not in OPS:
+        raise InvalidInputError(f"unknown op {op!r}; accepted: {', '.join(sorted(OPS))}")
+    positional = {"matmul": ("M", "N", "K")}[op]
+    accepted = f"{','.join(positional)} as positive integers, e.g. --shape 512,512,512 or M=512,N=512,K=512"
+    parts = [p.strip() for p in text.split(",") if p.strip()]
+    params: dict[str, Any] = {}
+    if parts and all("=" in p for p in parts):
+        names = {n.lower(): n for n in positional}
+        for p in parts:
+            name, _, value = p.partition("=")
+            if name.strip().lower() not in names:
+                raise InvalidInputError(f"--shape: unknown parameter {name!r} for {op}; accepted: {accepted}")
+            params[names[name.strip().lower()]] = value.strip()
+    elif len(parts) == len(positional) and not any("=" in p for p in parts):
+        params = dict(zip(positional, parts))
+    else:
+        raise InvalidInputError(f"--shape {text!r} is malformed for {op}; accepted: {accepted}")
+    missing = [n for n in positional if n not in params]
+    if missing:
+        raise InvalidInputError(f"--shape {text!r} lacks {', '.join(missing)}; accepted: {accepted}")
+    out: dict[str, Any] = {}
+    for name, value in params.items():
+        try:
+            number = int(value)
+        except ValueError:
+            raise InvalidInputError(f"--shape: {name}={value!r} is not an integer; accepted: {accepted}") from None
+        if number < 1:
+            raise InvalidInputError(f"--shape: {name}={number} is not positive; accepted: {accepted}")
+        out[name] = number
+    return out
+
+
+def _workload(args: argparse.Namespace):
+    from autosched.ops import workload
+
+    return workload(args.op, **parse_shape(args.op, args.shape), epilogue=args.epilogue)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; accepted: an integer >= 1") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is too small; accepted: an integer >= 1")
+    return value
+
+
+def _write_json(path: str | None, data: Any) -> None:
+    if not path:
+        return
+    try:
+        Path(path).write_text(json.dumps(data, indent=2) + "\n")
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write --json {path}: {exc.strerror}") from None
+
+
+# -- commands --------------------------------------------------------------------------
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from autosched.measure.device import list_devices
+
+    devices = list_devices()
+    for d in devices:
+        print(f"[{d.index}] {d.name}  ({d.type}, {d.compute_units} compute units)")
+        print(f"    platform: {d.platform} / {d.platform_version}")
+        print(f"    driver {d.driver_version}, {d.version}, {d.opencl_c_version}")
+        print(f"    max work-group {d.max_work_group_size}, local memory {d.local_mem_bytes // 1024} KiB")
+        print(f"    key {d.key()}  family {d.family()}  selector {d.selector}")
+    _write_json(args.json, [dict(d.fingerprint(), key=d.key(), family=d.family(), index=d.index) for d in devices])
+    return 0
+
+
+class _Progress:
+    """Best-so-far progress: a redrawn bar on a terminal, one line per trial otherwise."""
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+
+    def __call__(self, ev) -> None:
+        width = 30
+        done = min(ev.trial, ev.total)
+        filled = int(width * done / max(ev.total, 1))
+        best = f"{ev.best_gflops:8.1f} GFLOP/s" if ev.best_gflops else "       - GFLOP/s"
+        this = f"{ev.record.gflops:.1f}" if ev.record.ok else ev.record.status
+        line = f"[{'#' * filled}{'.' * (width - filled)}] {done:4d}/{ev.total}  best {best}  (last: {this})"
+        if self.tty:
+            self.stream.write("\r" + line)
+            if done >= ev.total:
+                self.stream.write("\n")
+        else:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+def _fmt_config(config: dict) -> str:
+    return "  ".join(
+        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in sorted(config.items())
+    )
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    from autosched.tuner import tune
+
+    wl = _workload(args)
+    db = args.db
+    if db is None:
+        from autosched.records.sqlite import default_db_path
+
+        db = default_db_path()
+    progress = _Progress()
+    print(f"tuning {wl} on the default device" if args.device is None else f"tuning {wl} on device {args.device!r}",
+          file=sys.stderr)
+    result = tune(
+        wl,
+        trials=args.trials,
+        batch=args.batch,
+        strategy=args.strategy,
+        db=db,
+        device=args.device,
+        seed=args.seed,
+        timeout_s=args.timeout,
+        progress=progress,
+    )
+    res = result.to_json()
+    print()
+    print(f"workload   {wl}   key {wl.key}")
+    print(f"device     {result.device.name}   key {result.device.key()}")
+    print(f"trials     {result.trials} in the database ({result.new_trials} measured now, {result.wall_s:.1f} s)")
+    if result.best is None:
+        print("best       none: no candidate ran correctly (see `autosched records stats`)")
+        _write_json(args.json, res)
+        return 1
+    b = result.best
+    print(f"best       {b.gflops:.1f} GFLOP/s   {b.latency_s * 1e3:.3f} ms   spread {100 * (b.spread or 0):.1f}%")
+    print(f"config     {_fmt_config(b.config)}")
+    if result.default is not None:
+        print(f"default    {result.default.gflops:.1f} GFLOP/s   {result.default.latency_s * 1e3:.3f} ms")
+        print(f"speedup    {result.speedup:.1f}x over the default schedule (measured side by side)")
+    print(f"records    {db}")
+    _write_json(args.json, res)
+    return 0
+
+
+def cmd_best(args: argparse.Namespace) -> int:
+    from autosched.measure.device import select_device
+    from autosched.records.sqlite import SQLiteDatabase, default_db_path
+
+    wl = _workload(args)
+    dev = select_device(args.device)
+    path = args.db or default_db_path()
+    with SQLiteDatabase(Path(path), create=False) as db:
+        recs = db.best(wl.key, device_key=dev.key(), target="opencl", k=1)
+    if not recs:
+        print(f"no ok record of {wl} on {dev.name} in {path}; run `autosched tune` first", file=sys.stderr)
+        _write_json(args.json, {"workload": wl.to_json(), "best": None})
+        return 1
+    r = recs[0]
+    print(f"{wl}  on  {dev.name}")
+    print(f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   spread {100 * (r.spread or 0):.1f}%   record {r.id}")
+    print(f"  {_fmt_config(r.config)}")
+    _write_json(args.json, {"workload": wl.to_json(), "workload_key": wl.key, "device_key": dev.key(),
+                            "best": {"gflops": r.gflops, "latency_s": r.latency_s, "spread": r.spread,
+                                     "config": r.config, "record_id": r.id}})
+    return 0
+
+
+# -- parser ----------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from autosched.search import STRATEGIES
+
+    parser = _Parser(prog="autosched", description="ML-guided autotuning of tensor-operator schedules.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every failed candidate")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("devices", help="list OpenCL devices with their fingerprints")
+    p.add_argument("--json", metavar="PATH", help="also write the fingerprints as JSON")
+    p.set_defaults(func=cmd_devices)
+
+    def workload_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--op", required=True, help="operator: matmul")
+        p.add_argument("--shape", required=True, help="M,N,K (or M=..,N=..,K=..)")
+        p.add_argument("--epilogue", default="none", help="none, bias or bias_relu (default none)")
+        p.add_argument("--device", default=None, help="index, platform:device, or part of a name "
+                       "(default: first GPU, else first device)")
+        p.add_argument("--db", default=None, help="records database (default: ~/.local/share/autosched/records.db)")
+        p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+
+    p = sub.add_parser("tune", help="tune one workload on a device")
+    workload_args(p)
+    p.add_argument("--trials", type=_positive, default=64, help="measured configs in total (default 64)")
+    p.add_argument("--batch", type=_positive, default=16, help="configs per model update (default 16)")
+    p.add_argument("--strategy", default="model", help=f"one of {', '.join(STRATEGIES)} (default model)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per candidate before it is killed")
+    p.set_defaults(func=cmd_tune)
+
+    p = sub.add_parser("best", help="the best record of a workload on a device")
+    workload_args(p)
+    p.set_defaults(func=cmd_best)
+
+    from autosched.cli import records_cmd
+
+    records_cmd.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger("autosched")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO if args.verbose else logging.WARNING)
+    try:
+        return int(args.func(args) or 0)
+    except AutoschedError as exc:
+        print(f"autosched: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("autosched: interrupted; measured batches are saved, rerun the same command to resume",
+              file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Uniform random search over valid configs: the baseline every strategy must beat."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from autosched.records.record import Record
+from autosched.space.space import Space
+
+
+class RandomSearch:
+    name = "random"
+
+    def __init__(self, space: Space, *, rng: np.random.Generator) -> None:
+        self.space = space
+        self.rng = rng
+        self.seen: set[str] = set()
+
+    def propose(self, n: int):
+        out = []
+        for c in self.space.sample(self.rng, 4 * n + 16):
+            if c.key not in self.seen:
+                self.seen.add(c.key)
+                out.append(c)
+                if len(out) == n:
+                    break
+        return out or None
+
+    def observe(self, records: Sequence[Record]) -> None:
+        self.seen.update(r.config_key for r in records if r.workload_key == self.space.workload.key)

@@ -1,0 +1,86 @@
+"""Optuna's TPE sampler over the same knobs, through optuna's ask-and-tell interface."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import numpy as np
+
+from autosched.records.record import Record
+from autosched.search.base import score
+from autosched.space.config import Config
+from autosched.space.space import Space
+
+log = logging.getLogger(__name__)
+
+
+class TPESearch:
+    """Each knob is one categorical parameter (choices indexed, since optuna needs
+    primitive values); invalid configs are told to optuna as worth 0 GFLOP/s."""
+
+    name = "tpe"
+
+    def __init__(self, space: Space, *, rng: np.random.Generator) -> None:
+        import optuna
+
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self._optuna = optuna
+        self.space = space
+        seed = int(rng.integers(2**31))
+        self.study = optuna.create_study(
+            direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed, multivariate=True)
+        )
+        self._dists = {
+            k.name: optuna.distributions.CategoricalDistribution(list(range(len(k.choices))))
+            for k in space.knobs
+        }
+        self._pending: dict[str, object] = {}
+        self._known: dict[str, float] = {}  # config key -> best score measured
+        self.seen: set[str] = set()
+
+    def _config(self, params: dict[str, int]) -> Config:
+        return Config({k.name: k.choices[params[k.name]] for k in self.space.knobs})
+
+    def _params(self, config: Config) -> dict[str, int] | None:
+        try:
+            return {k.name: k.choices.index(config[k.name]) for k in self.space.knobs}
+        except (KeyError, ValueError):
+            return None
+
+    def propose(self, n: int):
+        out: list[Config] = []
+        for _ in range(50 * n):
+            if len(out) == n:
+                break
+            trial = self.study.ask(self._dists)
+            config = self._config(trial.params)
+            if not self.space.is_valid(config):
+                self.study.tell(trial, 0.0)
+                continue
+            if config.key in self.seen:
+                # Already measured: tell optuna what it was worth, ask again.
+                self.study.tell(trial, self._known.get(config.key, 0.0))
+                continue
+            self.seen.add(config.key)
+            self._pending[config.key] = trial
+            out.append(config)
+        return out or None
+
+    def observe(self, records: Sequence[Record]) -> None:
+        known = self._known
+        for r in records:
+            if r.workload_key != self.space.workload.key:
+                continue
+            value = score(r)
+            known[r.config_key] = max(value, known.get(r.config_key, 0.0))
+            trial = self._pending.pop(r.config_key, None)
+            if trial is not None:
+                self.study.tell(trial, value)
+            elif r.config_key not in self.seen:
+                params = self._params(Config(r.config))
+                if params is not None:
+                    self.study.add_trial(
+                        self._optuna.trial.create_trial(params=params, distributions=self._dists, value=value)
+                    )
+            self.seen.add(r.config_key)
