@@ -1,0 +1,111 @@
+"""Build with real TVM codegen and measure on the real OpenCL device."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from autosched.measure.build import build
+from autosched.measure.program import KernelLaunch, KernelProgram
+from autosched.measure.runner import TimingOptions
+from autosched.measure.worker import MeasureWorker
+from autosched.ops import workload
+from autosched.space.config import Config
+from autosched.space.space import Space
+from tests.conftest import make_data
+
+FAST = TimingOptions(warmup=0, min_repeats=2, max_repeats=5, min_time_s=0.0)
+
+
+@pytest.fixture(scope="module")
+def worker(device):
+    with MeasureWorker(device, timeout_s=20) as w:
+        yield w
+
+
+CONFIGS = {
+    "default": None,
+    "register_tile_vec16": {"tile.i": (1, 8), "tile.j": (1, 32), "tile.k": (2, 2), "vec": 16},
+    "threads_and_local_staging": {"tile.i": (4, 2), "tile.j": (4, 4), "tile.k": (8, 2), "vec": 4,
+                                  "stage.A": "local", "stage.B": "local"},
+    "unfused_epilogue": {"tile.i": (2, 4), "tile.j": (2, 8), "tile.k": (4, 4), "vec": 8, "fuse": False},
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("epilogue", ["none", "bias_relu"])
+def test_built_kernels_compute_the_reference(device, worker, name, epilogue):
+    wl = workload("matmul", M=64, N=96, K=48, epilogue=epilogue)
+    space = Space(wl, limits=device.limits)
+    changes = dict(CONFIGS[name] or {})
+    if epilogue == "none":
+        changes.pop("fuse", None)
+    config = space.default().replace(**changes)
+    assert space.check(config) is None
+    program = build(space, config)
+    assert "__kernel" in program.source
+    outcome = worker.measure(program, make_data(wl), FAST)
+    assert outcome.status == "ok", outcome.error
+    assert len(outcome.latencies) >= 2 and all(t > 0 for t in outcome.latencies)
+
+
+def test_launch_geometry_comes_from_tvm(device):
+    wl = workload("matmul", M=64, N=64, K=64, epilogue="bias")
+    space = Space(wl, limits=device.limits)
+    fused = build(space, space.default().replace(**{"tile.i": (2, 4), "tile.j": (4, 8), "vec": 4}))
+    (k,) = fused.kernels
+    assert k.local_size == (8,) and k.global_size == (8 * (64 // 8) * (64 // 32),)
+    assert sorted(fused.tensors[i].name for i in k.args) == ["A", "B", "D", "bias"]
+    unfused = build(space, space.default().replace(fuse=False))
+    assert len(unfused.kernels) == 2  # matmul, then the epilogue reading the scratch C
+    assert [t.role for t in unfused.tensors] == ["input", "input", "input", "output", "scratch"]
+    assert unfused.tensors[unfused.kernels[1].args[0]].name == "C"
+
+
+def _with_kernel(program: KernelProgram, source: str) -> KernelProgram:
+    launch = dataclasses.replace(program.kernels[0], global_size=(1,), local_size=(1,))
+    return KernelProgram(source=source, kernels=(launch,), tensors=program.tensors)
+
+
+def test_hanging_wrong_and_crashing_kernels_are_classified_and_tuning_goes_on(device):
+    wl = workload("matmul", M=32, N=32, K=32)
+    space = Space(wl, limits=device.limits)
+    good = build(space, space.default())
+    data = make_data(wl)
+    names = [good.tensors[i].name for i in good.kernels[0].args]
+    params = ", ".join(f"__global float* restrict {n}" for n in names)
+    hang = _with_kernel(good, f"__kernel void main_kernel({params}) {{ while (A[0] < 1e30f) {{ C[1] = A[0]; }} }}")
+    wrong = _with_kernel(good, f"__kernel void main_kernel({params}) {{ for (int i = 0; i < 1024; ++i) C[i] = 1.0f; }}")
+    crash = _with_kernel(good, f"__kernel void main_kernel({params}) {{ ((__global float*)16)[0] = 1.0f; }}")
+    broken = _with_kernel(good, "__kernel void main_kernel(__global float* A) { syntax error }")
+    with MeasureWorker(device, timeout_s=5) as w:
+        assert w.measure(hang, data, FAST).status == "timeout"
+        assert w.measure(good, data, FAST).status == "ok"  # a fresh worker took over
+        out = w.measure(wrong, data, FAST)
+        assert out.status == "wrong_result" and "differ" in out.error
+        crashed = w.measure(crash, data, FAST)
+        assert crashed.status == "run_error", crashed
+        assert w.measure(broken, data, FAST).status == "build_error"
+        assert w.measure(good, data, FAST).status == "ok"
+
+
+def test_a_kernel_that_skips_outputs_is_caught(device):
+    wl = workload("matmul", M=32, N=32, K=32)
+    space = Space(wl, limits=device.limits)
+    good = build(space, space.default())
+    short = dataclasses.replace(good.kernels[0], global_size=(good.kernels[0].global_size[0] // 2,))
+    half = KernelProgram(good.source, (short,), good.tensors)
+    with MeasureWorker(device, timeout_s=20) as w:
+        assert w.measure(half, make_data(wl), FAST).status == "wrong_result"
+
+
+def test_invalid_config_is_rejected_before_build(device):
+    from autosched.tuner import _build_task
+
+    wl = workload("matmul", M=64, N=64, K=64)
+    space = Space(wl, limits=device.limits)
+    bad = space.default().replace(vec=16)
+    res = _build_task(wl.to_json(), bad.to_json(), device.limits, "opencl")
+    assert res.status == "invalid" and "vec=16" in res.error and res.program is None
+    assert Config.from_json(bad.to_json()) == bad

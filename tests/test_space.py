@@ -1,0 +1,93 @@
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from autosched.errors import InvalidInputError
+from autosched.ops import workload
+from autosched.space.config import Config
+from autosched.space.loopnest import analyze
+from autosched.space.space import DeviceLimits, Space
+
+LIMITS = DeviceLimits(max_work_group_size=256, max_work_item_size=256, local_mem_bytes=32 * 1024)
+
+
+def test_loop_nest_is_read_from_the_compute():
+    nest = analyze(workload("matmul", M=64, N=32, K=16, epilogue="bias_relu"))
+    assert [(a.name, a.extent, a.kind) for a in nest.axes] == [("i", 64, "S"), ("j", 32, "S"), ("k", 16, "R")]
+    assert [a.buffer for a in nest.inputs] == ["A", "B"]
+    assert nest.epilogue == ("D",)
+    a, b = nest.inputs
+    assert a.footprint({"i": 8, "k": 4}) == 32 and b.footprint({"k": 4, "j": 16}) == 64
+
+
+def test_knobs_cover_tiling_parallelism_caching_and_fusion():
+    space = Space(workload("matmul", M=64, N=64, K=64, epilogue="bias"), limits=LIMITS)
+    names = {k.name for k in space.knobs}
+    assert names == {"tile.i", "tile.j", "tile.k", "vec", "stage.A", "stage.B", "fuse"}
+    assert (1, 8) in space.knob("tile.i").choices  # one work-item per group, 8-row register tile
+    assert 16 in space.knob("vec").choices
+    # No epilogue, no fusion knob.
+    assert "fuse" not in {k.name for k in Space(workload("matmul", M=8, N=8, K=8), limits=LIMITS).knobs}
+
+
+def test_sampled_configs_respect_device_limits():
+    space = Space(workload("matmul", M=256, N=256, K=256), limits=LIMITS)
+    configs = space.sample(np.random.default_rng(0), 500)
+    assert len(configs) == 500
+    for c in configs:
+        assert space.threads(c) <= LIMITS.max_work_group_size
+        assert space.local_mem_bytes(c) <= LIMITS.local_mem_bytes
+        assert c["tile.j"][1] % c["vec"] == 0
+
+
+def test_configs_over_the_limits_are_pruned_with_a_reason():
+    space = Space(workload("matmul", M=256, N=256, K=256), limits=LIMITS)
+    base = space.default()
+    too_many = base.replace(**{"tile.i": (32, 1), "tile.j": (16, 1)})
+    assert "exceeds the device limit 256" in space.check(too_many)
+    big_stage = base.replace(**{"tile.i": (8, 16), "tile.j": (4, 16), "tile.k": (64, 1), "stage.A": "local",
+                                "stage.B": "local"})
+    assert "local memory" in space.check(big_stage)
+    bad_vec = base.replace(vec=16)
+    assert "vec=16" in space.check(bad_vec)
+
+
+def test_mutation_and_crossover_stay_valid():
+    space = Space(workload("matmul", M=128, N=128, K=128, epilogue="bias_relu"), limits=LIMITS)
+    rng = np.random.default_rng(1)
+    a, b = space.sample(rng, 2)
+    for _ in range(50):
+        m = space.mutate(a, rng)
+        assert m is not None and space.is_valid(m)
+        assert sum(m[k] != a[k] for k in a) == 1
+        c = space.crossover(a, b, rng)
+        assert c is not None and space.is_valid(c)
+
+
+def test_config_is_plain_hashable_json_data():
+    space = Space(workload("matmul", M=64, N=64, K=64), limits=LIMITS)
+    c = space.sample(np.random.default_rng(2), 1)[0]
+    text = json.dumps(c.to_json())
+    back = Config.from_json(json.loads(text))
+    assert back == c and hash(back) == hash(c) and back.key == c.key
+    assert {c: 1}[back] == 1
+
+
+def test_workload_key_is_stable_and_names_everything():
+    a = workload("matmul", M=64, N=64, K=64, epilogue="bias")
+    assert a.key == workload("matmul", M=64, N=64, K=64, epilogue="bias").key
+    assert a.key != workload("matmul", M=64, N=64, K=64).key
+    assert a.key != workload("matmul", M=64, N=64, K=32, epilogue="bias").key
+    assert a.key.startswith("matmul-")
+
+
+@pytest.mark.parametrize(
+    "params, fragment",
+    [({"M": 0, "N": 1, "K": 1}, "positive integer"), ({"M": 1, "N": 1, "K": 1, "epilogue": "gelu"}, "bias_relu")],
+)
+def test_bad_workloads_name_what_is_accepted(params, fragment):
+    with pytest.raises(InvalidInputError, match=fragment):
+        workload("matmul", **params)
