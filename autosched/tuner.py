@@ -106,7 +106,10 @@ class TuneResult:
 
 # -- build workers ---------------------------------------------------------------------
 
-def _build_task(workload_json: dict, config_json: dict, limits: DeviceLimits, target: str) -> BuildResult:
+
+def _build_task(
+    workload_json: dict, config_json: dict, limits: DeviceLimits, target: str
+) -> BuildResult:
     """Runs in a build worker process."""
     from autosched.errors import ScheduleError
     from autosched.measure.build import build
@@ -122,7 +125,9 @@ def _build_task(workload_json: dict, config_json: dict, limits: DeviceLimits, ta
     except ScheduleError as exc:
         return BuildResult(None, BUILD_ERROR, str(exc)[:2000], time.perf_counter() - start)
     except Exception as exc:  # TVM's own errors: keep kind and message as data
-        return BuildResult(None, BUILD_ERROR, f"{type(exc).__name__}: {exc}"[:2000], time.perf_counter() - start)
+        return BuildResult(
+            None, BUILD_ERROR, f"{type(exc).__name__}: {exc}"[:2000], time.perf_counter() - start
+        )
     return BuildResult(program, OK, "", time.perf_counter() - start)
 
 
@@ -162,6 +167,7 @@ class _Builders:
 
 
 # -- the loop --------------------------------------------------------------------------
+
 
 class Tuner:
     """One tuning session of a workload on a device. ``tune()`` is the plain entry."""
@@ -233,9 +239,13 @@ class Tuner:
         )
 
     def _submit(self, config: Config) -> cf.Future:
-        return self.builders.submit(self.workload.to_json(), config.to_json(), self.device.limits, self.target)
+        return self.builders.submit(
+            self.workload.to_json(), config.to_json(), self.device.limits, self.target
+        )
 
-    def measure(self, configs: Sequence[Config], *, on_record: Callable[[Record], None] | None = None) -> list[Record]:
+    def measure(
+        self, configs: Sequence[Config], *, on_record: Callable[[Record], None] | None = None
+    ) -> list[Record]:
         """Build all ``configs`` in the worker pool and measure each as its build lands."""
         futures = [self._submit(c) for c in configs]
         out = []
@@ -328,7 +338,15 @@ def tune(
     start = time.perf_counter()
     dev = device if isinstance(device, Device) else select_device(device)
     database, owned = _open_db(db)
-    tuner = Tuner(workload, db=database, device=dev, target=target, seed=seed, timeout_s=timeout_s, timing=timing)
+    tuner = Tuner(
+        workload,
+        db=database,
+        device=dev,
+        target=target,
+        seed=seed,
+        timeout_s=timeout_s,
+        timing=timing,
+    )
     space = tuner.space
     rng = np.random.default_rng(seed)
 
@@ -345,7 +363,9 @@ def tune(
         measured = {r.config_key for r in mine}
         history = list(mine)
         if mine:
-            log.info("resuming: %d trials of %s already measured on this device", len(measured), workload)
+            log.info(
+                "resuming: %d trials of %s already measured on this device", len(measured), workload
+            )
         best = max((r.gflops or 0.0 for r in mine if r.ok), default=None)
 
         def report(rec: Record) -> None:
@@ -367,12 +387,15 @@ def tune(
             want = min(batch, trials - len(measured))
             configs = search.propose(want)
             if not configs:
-                log.info("the strategy has no new configs to propose; stopping at %d trials", len(measured))
+                log.info(
+                    "the strategy has no new configs to propose; stopping at %d trials",
+                    len(measured),
+                )
                 break
             configs = [c for c in configs if c.key not in measured][:want]
             batch_records: list[Record] = []
 
-            def on_record(r: Record) -> None:
+            def on_record(r: Record, batch_records: list[Record] = batch_records) -> None:
                 batch_records.append(r)
                 new.append(r)
                 report(r)
@@ -383,7 +406,9 @@ def tune(
             measured.update(r.config_key for r in batch_records)
 
         # Finalists, re-measured side by side with the default schedule.
-        ranked = database.best(workload.key, device_key=tuner.device_key, target=target, k=finalists)
+        ranked = database.best(
+            workload.key, device_key=tuner.device_key, target=target, k=finalists
+        )
         final_configs = [Config(r.config) for r in ranked]
         if default.key not in {c.key for c in final_configs}:
             final_configs.append(default)
@@ -394,8 +419,16 @@ def tune(
         best_rec = min(ok_final, key=lambda r: r.latency_s or float("inf"), default=None)
         if best_rec is not None:
             stored = database.best(workload.key, device_key=tuner.device_key, target=target, k=50)
-            best_rec = next((r for r in stored if r.config_key == best_rec.config_key and r.run_id == tuner.run_id
-                             and r.timestamp == best_rec.timestamp), best_rec)
+            best_rec = next(
+                (
+                    r
+                    for r in stored
+                    if r.config_key == best_rec.config_key
+                    and r.run_id == tuner.run_id
+                    and r.timestamp == best_rec.timestamp
+                ),
+                best_rec,
+            )
         return TuneResult(
             workload=workload,
             device=dev,

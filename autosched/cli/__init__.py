@@ -37,7 +37,9 @@ def parse_shape(op: str, text: str) -> dict[str, Any]:
         for p in parts:
             name, _, value = p.partition("=")
             if name.strip().lower() not in names:
-                raise InvalidInputError(f"--shape: unknown parameter {name!r} for {op}; accepted: {accepted}")
+                raise InvalidInputError(
+                    f"--shape: unknown parameter {name!r} for {op}; accepted: {accepted}"
+                )
             params[names[name.strip().lower()]] = value.strip()
     elif len(parts) == len(positional) and not any("=" in p for p in parts):
         params = dict(zip(positional, parts))
@@ -45,15 +47,21 @@ def parse_shape(op: str, text: str) -> dict[str, Any]:
         raise InvalidInputError(f"--shape {text!r} is malformed for {op}; accepted: {accepted}")
     missing = [n for n in positional if n not in params]
     if missing:
-        raise InvalidInputError(f"--shape {text!r} lacks {', '.join(missing)}; accepted: {accepted}")
+        raise InvalidInputError(
+            f"--shape {text!r} lacks {', '.join(missing)}; accepted: {accepted}"
+        )
     out: dict[str, Any] = {}
     for name, value in params.items():
         try:
             number = int(value)
         except ValueError:
-            raise InvalidInputError(f"--shape: {name}={value!r} is not an integer; accepted: {accepted}") from None
+            raise InvalidInputError(
+                f"--shape: {name}={value!r} is not an integer; accepted: {accepted}"
+            ) from None
         if number < 1:
-            raise InvalidInputError(f"--shape: {name}={number} is not positive; accepted: {accepted}")
+            raise InvalidInputError(
+                f"--shape: {name}={number} is not positive; accepted: {accepted}"
+            )
         out[name] = number
     return out
 
@@ -68,7 +76,9 @@ def _positive(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer; accepted: an integer >= 1") from None
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an integer; accepted: an integer >= 1"
+        ) from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is too small; accepted: an integer >= 1")
     return value
@@ -85,6 +95,7 @@ def _write_json(path: str | None, data: Any) -> None:
 
 # -- commands --------------------------------------------------------------------------
 
+
 def cmd_devices(args: argparse.Namespace) -> int:
     from autosched.measure.device import list_devices
 
@@ -93,9 +104,14 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(f"[{d.index}] {d.name}  ({d.type}, {d.compute_units} compute units)")
         print(f"    platform: {d.platform} / {d.platform_version}")
         print(f"    driver {d.driver_version}, {d.version}, {d.opencl_c_version}")
-        print(f"    max work-group {d.max_work_group_size}, local memory {d.local_mem_bytes // 1024} KiB")
+        print(
+            f"    max work-group {d.max_work_group_size}, local memory {d.local_mem_bytes // 1024} KiB"
+        )
         print(f"    key {d.key()}  family {d.family()}  selector {d.selector}")
-    _write_json(args.json, [dict(d.fingerprint(), key=d.key(), family=d.family(), index=d.index) for d in devices])
+    _write_json(
+        args.json,
+        [dict(d.fingerprint(), key=d.key(), family=d.family(), index=d.index) for d in devices],
+    )
     return 0
 
 
@@ -128,7 +144,8 @@ class _Progress:
 
 def _fmt_config(config: dict) -> str:
     return "  ".join(
-        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in sorted(config.items())
+        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
+        for k, v in sorted(config.items())
     )
 
 
@@ -142,8 +159,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
 
         db = default_db_path()
     progress = _Progress()
-    print(f"tuning {wl} on the default device" if args.device is None else f"tuning {wl} on device {args.device!r}",
-          file=sys.stderr)
+    print(
+        f"tuning {wl} on the default device"
+        if args.device is None
+        else f"tuning {wl} on device {args.device!r}",
+        file=sys.stderr,
+    )
     result = tune(
         wl,
         trials=args.trials,
@@ -159,16 +180,22 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print()
     print(f"workload   {wl}   key {wl.key}")
     print(f"device     {result.device.name}   key {result.device.key()}")
-    print(f"trials     {result.trials} in the database ({result.new_trials} measured now, {result.wall_s:.1f} s)")
+    print(
+        f"trials     {result.trials} in the database ({result.new_trials} measured now, {result.wall_s:.1f} s)"
+    )
     if result.best is None:
         print("best       none: no candidate ran correctly (see `autosched records stats`)")
         _write_json(args.json, res)
         return 1
     b = result.best
-    print(f"best       {b.gflops:.1f} GFLOP/s   {b.latency_s * 1e3:.3f} ms   spread {100 * (b.spread or 0):.1f}%")
+    print(
+        f"best       {b.gflops:.1f} GFLOP/s   {b.latency_s * 1e3:.3f} ms   spread {100 * (b.spread or 0):.1f}%"
+    )
     print(f"config     {_fmt_config(b.config)}")
     if result.default is not None:
-        print(f"default    {result.default.gflops:.1f} GFLOP/s   {result.default.latency_s * 1e3:.3f} ms")
+        print(
+            f"default    {result.default.gflops:.1f} GFLOP/s   {result.default.latency_s * 1e3:.3f} ms"
+        )
         print(f"speedup    {result.speedup:.1f}x over the default schedule (measured side by side)")
     print(f"records    {db}")
     _write_json(args.json, res)
@@ -185,27 +212,49 @@ def cmd_best(args: argparse.Namespace) -> int:
     with SQLiteDatabase(Path(path), create=False) as db:
         recs = db.best(wl.key, device_key=dev.key(), target="opencl", k=1)
     if not recs:
-        print(f"no ok record of {wl} on {dev.name} in {path}; run `autosched tune` first", file=sys.stderr)
+        print(
+            f"no ok record of {wl} on {dev.name} in {path}; run `autosched tune` first",
+            file=sys.stderr,
+        )
         _write_json(args.json, {"workload": wl.to_json(), "best": None})
         return 1
     r = recs[0]
     print(f"{wl}  on  {dev.name}")
-    print(f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   spread {100 * (r.spread or 0):.1f}%   record {r.id}")
+    print(
+        f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   spread {100 * (r.spread or 0):.1f}%   record {r.id}"
+    )
     print(f"  {_fmt_config(r.config)}")
-    _write_json(args.json, {"workload": wl.to_json(), "workload_key": wl.key, "device_key": dev.key(),
-                            "best": {"gflops": r.gflops, "latency_s": r.latency_s, "spread": r.spread,
-                                     "config": r.config, "record_id": r.id}})
+    _write_json(
+        args.json,
+        {
+            "workload": wl.to_json(),
+            "workload_key": wl.key,
+            "device_key": dev.key(),
+            "best": {
+                "gflops": r.gflops,
+                "latency_s": r.latency_s,
+                "spread": r.spread,
+                "config": r.config,
+                "record_id": r.id,
+            },
+        },
+    )
     return 0
 
 
 # -- parser ----------------------------------------------------------------------------
 
+
 def build_parser() -> argparse.ArgumentParser:
     from autosched.search import STRATEGIES
 
-    parser = _Parser(prog="autosched", description="ML-guided autotuning of tensor-operator schedules.")
+    parser = _Parser(
+        prog="autosched", description="ML-guided autotuning of tensor-operator schedules."
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="log every failed candidate")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
+    sub = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_Parser
+    )
 
     p = sub.add_parser("devices", help="list OpenCL devices with their fingerprints")
     p.add_argument("--json", metavar="PATH", help="also write the fingerprints as JSON")
@@ -215,18 +264,34 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--op", required=True, help="operator: matmul")
         p.add_argument("--shape", required=True, help="M,N,K (or M=..,N=..,K=..)")
         p.add_argument("--epilogue", default="none", help="none, bias or bias_relu (default none)")
-        p.add_argument("--device", default=None, help="index, platform:device, or part of a name "
-                       "(default: first GPU, else first device)")
-        p.add_argument("--db", default=None, help="records database (default: ~/.local/share/autosched/records.db)")
+        p.add_argument(
+            "--device",
+            default=None,
+            help="index, platform:device, or part of a name "
+            "(default: first GPU, else first device)",
+        )
+        p.add_argument(
+            "--db",
+            default=None,
+            help="records database (default: ~/.local/share/autosched/records.db)",
+        )
         p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
 
     p = sub.add_parser("tune", help="tune one workload on a device")
     workload_args(p)
-    p.add_argument("--trials", type=_positive, default=64, help="measured configs in total (default 64)")
-    p.add_argument("--batch", type=_positive, default=16, help="configs per model update (default 16)")
-    p.add_argument("--strategy", default="model", help=f"one of {', '.join(STRATEGIES)} (default model)")
+    p.add_argument(
+        "--trials", type=_positive, default=64, help="measured configs in total (default 64)"
+    )
+    p.add_argument(
+        "--batch", type=_positive, default=16, help="configs per model update (default 16)"
+    )
+    p.add_argument(
+        "--strategy", default="model", help=f"one of {', '.join(STRATEGIES)} (default model)"
+    )
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per candidate before it is killed")
+    p.add_argument(
+        "--timeout", type=float, default=30.0, help="seconds per candidate before it is killed"
+    )
     p.set_defaults(func=cmd_tune)
 
     p = sub.add_parser("best", help="the best record of a workload on a device")
@@ -253,8 +318,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autosched: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print("autosched: interrupted; measured batches are saved, rerun the same command to resume",
-              file=sys.stderr)
+        print(
+            "autosched: interrupted; measured batches are saved, rerun the same command to resume",
+            file=sys.stderr,
+        )
         return 130
 
 

@@ -39,7 +39,7 @@ def build(space: Space, config: Config) -> KernelProgram:
     _host, device_mods = split_host_device_mods(mod)
     if len(device_mods) != 1:
         raise ScheduleError(f"expected one device module, got {len(device_mods)}")
-    (dev_target, dev_mod), = device_mods.items()
+    ((dev_target, dev_mod),) = device_mods.items()
     dev_mod = finalize_device()(dev_mod)
 
     tensors = space.workload.tensor_specs(with_intermediates=not config.get("fuse", True))

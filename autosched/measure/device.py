@@ -131,7 +131,7 @@ def select_device(selector: str | int | None = None) -> Device:
     the device or platform name (case-insensitive, ``"pthread"``).
     """
     devices = list_devices()
-    accepted = "an index (0..{}), 'platform:device', or part of a device name".format(len(devices) - 1)
+    accepted = f"an index (0..{len(devices) - 1}), 'platform:device', or part of a device name"
     if selector is None or selector == "":
         gpus = [d for d in devices if d.type == "gpu"]
         return (gpus or list(devices))[0]
@@ -149,5 +149,7 @@ def select_device(selector: str | int | None = None) -> Device:
     matches = [d for d in devices if text.lower() in f"{d.platform} {d.name}".lower()]
     if not matches:
         names = "; ".join(f"{d.index}: {d.name}" for d in devices)
-        raise InvalidInputError(f"no device matches {text!r}; accepted: {accepted} (devices: {names})")
+        raise InvalidInputError(
+            f"no device matches {text!r}; accepted: {accepted} (devices: {names})"
+        )
     return matches[0]

@@ -60,7 +60,9 @@ class OpenCLRunner:
         self.cl = cl
         device = cl.get_platforms()[platform_index].get_devices()[device_index]
         self.ctx = cl.Context([device])
-        self.queue = cl.CommandQueue(self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+        self.queue = cl.CommandQueue(
+            self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE
+        )
         self.data: TestData | None = None
         self._input_bufs: dict[str, object] = {}
 
@@ -69,7 +71,9 @@ class OpenCLRunner:
         self.data = data
         mf = cl.mem_flags
         self._input_bufs = {
-            name: cl.Buffer(self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(arr))
+            name: cl.Buffer(
+                self.ctx, mf.READ_ONLY | mf.COPY_HOST_PTR, hostbuf=np.ascontiguousarray(arr)
+            )
             for name, arr in data.inputs.items()
         }
 
@@ -89,7 +93,9 @@ class OpenCLRunner:
                 bufs.append(self._input_bufs[spec.name])
                 continue
             host = np.full(spec.shape, np.nan, dtype=spec.dtype)
-            buf = cl.Buffer(self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+            buf = cl.Buffer(
+                self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host
+            )
             bufs.append(buf)
             if spec.role == "output":
                 outputs[spec.name] = (host, buf)
@@ -99,7 +105,9 @@ class OpenCLRunner:
 
             def launch_all():
                 events = [
-                    cl.enqueue_nd_range_kernel(self.queue, kern, launch.global_size, launch.local_size)
+                    cl.enqueue_nd_range_kernel(
+                        self.queue, kern, launch.global_size, launch.local_size
+                    )
                     for kern, launch in zip(kernels, program.kernels)
                 ]
                 # A blocking wait: busy-polling takes a core from PoCL's workers.

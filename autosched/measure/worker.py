@@ -125,7 +125,9 @@ class MeasureWorker:
                 self._proc.join(1)
                 code = self._proc.exitcode
             self._kill()
-            how = f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+            how = (
+                f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
+            )
             return RunOutcome(RUN_ERROR, f"measurement worker crashed ({how})")
 
     def close(self) -> None:

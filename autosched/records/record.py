@@ -93,7 +93,9 @@ class Record:
         data = dict(data)
         version = data.pop("format_version", FORMAT_VERSION)
         if version != FORMAT_VERSION:
-            raise ValueError(f"format_version {version!r} is not supported (expected {FORMAT_VERSION})")
+            raise ValueError(
+                f"format_version {version!r} is not supported (expected {FORMAT_VERSION})"
+            )
         data["latencies"] = tuple(float(x) for x in data.get("latencies", ()))
         if data.get("status") not in STATUSES:
             raise ValueError(f"status {data.get('status')!r} is not one of {', '.join(STATUSES)}")

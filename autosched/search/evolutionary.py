@@ -25,14 +25,14 @@ log = logging.getLogger(__name__)
 
 class EvolutionarySearch:
     """Args:
-        space: the space to search.
-        rng: the only source of randomness.
-        space_for: builds the Space of another workload (JSON) for transfer records.
-        population: random configs drawn per batch.
-        generations: rounds of mutation and crossover ranked by the model.
-        elites: best configs (by the model) kept as parents each generation.
-        epsilon: share of each batch proposed at random.
-        model_kind: cost model kind for ``autosched.cost_model.make_model``.
+    space: the space to search.
+    rng: the only source of randomness.
+    space_for: builds the Space of another workload (JSON) for transfer records.
+    population: random configs drawn per batch.
+    generations: rounds of mutation and crossover ranked by the model.
+    elites: best configs (by the model) kept as parents each generation.
+    epsilon: share of each batch proposed at random.
+    model_kind: cost model kind for ``autosched.cost_model.make_model``.
     """
 
     name = "model"
@@ -58,8 +58,10 @@ class EvolutionarySearch:
         self.generations = generations
         self.elites = elites
         self.epsilon = epsilon
-        self.model = make_model(model_kind, seed=int(rng.integers(2**31))) if model_kind else make_model(
-            seed=int(rng.integers(2**31))
+        self.model = (
+            make_model(model_kind, seed=int(rng.integers(2**31)))
+            if model_kind
+            else make_model(seed=int(rng.integers(2**31)))
         )
         self.records: list[Record] = []
         self.seen: set[str] = set()
@@ -87,7 +89,9 @@ class EvolutionarySearch:
 
     def _parents(self) -> list[Config]:
         key = self.space.workload.key
-        mine = sorted((r for r in self.records if r.workload_key == key and r.ok), key=score, reverse=True)
+        mine = sorted(
+            (r for r in self.records if r.workload_key == key and r.ok), key=score, reverse=True
+        )
         parents = [Config(r.config) for r in mine[: self.elites]]
         return [c for c in parents if self.space.is_valid(c)]
 

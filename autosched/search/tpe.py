@@ -81,6 +81,8 @@ class TPESearch:
                 params = self._params(Config(r.config))
                 if params is not None:
                     self.study.add_trial(
-                        self._optuna.trial.create_trial(params=params, distributions=self._dists, value=value)
+                        self._optuna.trial.create_trial(
+                            params=params, distributions=self._dists, value=value
+                        )
                     )
             self.seen.add(r.config_key)

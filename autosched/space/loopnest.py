@@ -96,9 +96,7 @@ def _analyze_cached(key: str, workload: Workload) -> LoopNest:
             coeffs = tvm.sym.detect_linear_equation(rng.min, variables)
             if len(coeffs) != len(variables) + 1:
                 raise ScheduleError(f"{workload}: access {region} is not affine in the loop axes")
-            terms = tuple(
-                (name, int(c)) for name, c in zip(var_names, coeffs[:-1]) if int(c) != 0
-            )
+            terms = tuple((name, int(c)) for name, c in zip(var_names, coeffs[:-1]) if int(c) != 0)
             dims.append(terms)
             extents.append(int(rng.extent))
         inputs.append(Access(buf, tuple(dims), tuple(extents)))

@@ -75,7 +75,9 @@ class Space:
 
     def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:
         if target not in TARGETS:
-            raise InvalidInputError(f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}")
+            raise InvalidInputError(
+                f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}"
+            )
         self.workload = workload
         self.target = target
         self.limits = limits
@@ -135,7 +137,10 @@ class Space:
 
     def group_tile(self, config: Config) -> dict[str, int]:
         """Extent of each axis covered by one work-group per chunk of the reduction."""
-        tile = {a.name: config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1] for a in self.nest.spatial}
+        tile = {
+            a.name: config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1]
+            for a in self.nest.spatial
+        }
         tile.update({a.name: config[f"tile.{a.name}"][0] for a in self.nest.reduction})
         return tile
 
@@ -169,7 +174,9 @@ class Space:
             return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
         local = self.local_mem_bytes(config)
         if local > self.limits.local_mem_bytes:
-            return f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
+            return (
+                f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
+            )
         return None
 
     def is_valid(self, config: Config) -> bool:
@@ -209,7 +216,9 @@ class Space:
                 out.setdefault(c.key, c)
         return list(out.values())
 
-    def mutate(self, config: Config, rng: np.random.Generator, *, max_tries: int = 50) -> Config | None:
+    def mutate(
+        self, config: Config, rng: np.random.Generator, *, max_tries: int = 50
+    ) -> Config | None:
         """A valid config that differs from ``config`` in one knob, or None."""
         for _ in range(max_tries):
             knob = self.knobs[rng.integers(len(self.knobs))]
@@ -223,7 +232,9 @@ class Space:
                 return c
         return None
 
-    def crossover(self, a: Config, b: Config, rng: np.random.Generator, *, max_tries: int = 20) -> Config | None:
+    def crossover(
+        self, a: Config, b: Config, rng: np.random.Generator, *, max_tries: int = 20
+    ) -> Config | None:
         """A valid config taking each knob from ``a`` or ``b`` at random, or None."""
         for _ in range(max_tries):
             c = Config({k.name: (a if rng.random() < 0.5 else b)[k.name] for k in self.knobs})
@@ -279,7 +290,9 @@ class Space:
             "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
             "inner_reg": float(config[f"tile.{inner.name}"][1]),
             "inner_threads": float(config[f"tile.{inner.name}"][0]),
-            "group_footprint_kb": sum(acc.footprint(self.group_tile(config)) for acc in self.nest.inputs)
+            "group_footprint_kb": sum(
+                acc.footprint(self.group_tile(config)) for acc in self.nest.inputs
+            )
             * itemsize
             / 1024,
             "unrolled_body": float(reg / config["vec"] * unroll),
