@@ -1,0 +1,258 @@
+"""The cost model, tested on real measurements replayed from tests/data.
+
+``tests/data/matmul_pocl_records.jsonl`` holds ~830 measurements of random and
+mutated-good configs of five matmul shapes on the PoCL CPU device, written by
+``bench/collect_records.py``. Tests train on some shapes and rank another's records.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+from scipy.stats import spearmanr
+
+from autosched.cost_model import (
+    CORE_FEATURES,
+    DEFAULT_KIND,
+    KINDS,
+    CostModel,
+    feature_names,
+    featurize,
+    make_model,
+    normalized_targets,
+    prior_score,
+    training_set,
+)
+from autosched.errors import InvalidInputError
+from autosched.ops import workload, workload_from_json
+from autosched.records.record import Record
+from autosched.space.config import Config
+from autosched.space.space import DeviceLimits, Space
+
+DATA = Path(__file__).parent / "data" / "matmul_pocl_records.jsonl"
+TOP_K = 8
+LIMITS = DeviceLimits(
+    max_work_group_size=4096, max_work_item_size=4096, local_mem_bytes=4 << 20, is_cpu=True
+)
+
+
+@pytest.fixture(scope="module")
+def records() -> list[Record]:
+    with DATA.open() as f:
+        return [Record.from_json(json.loads(line)) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def space_for(records):
+    dev = records[0].device
+    limits = DeviceLimits(
+        max_work_group_size=dev["max_work_group_size"],
+        max_work_item_size=dev["max_work_item_sizes"][0],
+        local_mem_bytes=dev["local_mem_bytes"],
+        is_cpu=dev["type"] == "cpu",
+    )
+    spaces: dict[str, Space] = {}
+
+    def make(wl: dict) -> Space:
+        key = json.dumps(wl, sort_keys=True)
+        if key not in spaces:
+            spaces[key] = Space(workload_from_json(wl), limits=limits)
+        return spaces[key]
+
+    return make
+
+
+def _workload_keys(records) -> list[str]:
+    return list(dict.fromkeys(r.workload_key for r in records))
+
+
+def _split(records, space_for, held_key):
+    train = [r for r in records if r.workload_key != held_key]
+    test = [r for r in records if r.workload_key == held_key]
+    names = feature_names(space_for(test[0].workload))
+    X, y, g = training_set(train, space_for, names=names)
+    Xt, yt, _ = training_set(test, space_for, names=names)
+    return X, y, g, Xt, yt
+
+
+def _top_mean(pred: np.ndarray, y: np.ndarray, k: int = TOP_K) -> float:
+    return float(y[np.argsort(-pred, kind="stable")[:k]].mean())
+
+
+# -- features -------------------------------------------------------------------------
+
+
+def test_featurize_shape_dtype_and_finite_values():
+    space = Space(workload("matmul", M=256, N=128, K=64), limits=LIMITS)
+    configs = space.sample(np.random.default_rng(0), 300)
+    X = featurize(space, configs)
+    names = feature_names(space)
+    assert X.shape == (len(configs), len(names))
+    assert X.dtype == np.float32
+    assert np.isfinite(X).all()
+    assert len(set(names)) == len(names)
+    assert tuple(names[: len(CORE_FEATURES)]) == CORE_FEATURES
+    # Columns carry the space's own description of each config, then the workload.
+    described = space.describe(configs[7])
+    for j, n in enumerate(names):
+        if n in described:
+            assert X[7, j] == pytest.approx(described[n], rel=1e-6)
+    row = dict(zip(names, X[7], strict=True))
+    assert row["w_log_s0"] == 8 and row["w_log_s1"] == 7 and row["w_log_r0"] == 6
+    assert row["w_log_flops"] == pytest.approx(math.log2(2 * 256 * 128 * 64))
+
+
+def test_featurize_cached_rows_equal_fresh_rows_and_empty_input():
+    space = Space(workload("matmul", M=64, N=64, K=64), limits=LIMITS)
+    configs = space.sample(np.random.default_rng(1), 50)
+    first = featurize(space, configs)
+    again = featurize(space, configs[::-1])
+    np.testing.assert_array_equal(first[::-1], again)
+    fresh = featurize(Space(space.workload, limits=LIMITS), configs)
+    np.testing.assert_array_equal(first, fresh)
+    assert featurize(space, []).shape == (0, len(feature_names(space)))
+
+
+def test_featurize_lines_up_columns_across_shapes_and_epilogues():
+    a = Space(workload("matmul", M=128, N=128, K=128), limits=LIMITS)
+    b = Space(workload("matmul", M=512, N=256, K=64, epilogue="bias_relu"), limits=LIMITS)
+    names = feature_names(a)
+    Xb = featurize(b, b.sample(np.random.default_rng(2), 20), names=names)
+    assert Xb.shape == (20, len(names))
+    # Unknown names read 0, reordering follows the names given.
+    picked = featurize(a, [a.default()], names=["w_log_r0", "no_such_feature", "log_vec"])
+    assert picked.tolist() == [[7.0, 0.0, 0.0]]
+
+
+def test_prior_prefers_what_runs_fast_on_pocl():
+    space = Space(workload("matmul", M=512, N=512, K=512), limits=LIMITS)
+    good = Config(
+        {
+            "stage.A": "global",
+            "stage.B": "global",
+            "tile.i": (1, 8),
+            "tile.j": (1, 32),
+            "tile.k": (2, 2),
+            "vec": 16,
+        }
+    )
+    assert space.is_valid(good)
+    scores = prior_score(featurize(space, [good, space.default()]))
+    assert scores[0] > scores[1]
+
+
+def test_prior_ranks_recorded_configs_better_than_random(records, space_for):
+    tops, randoms = [], []
+    for key in _workload_keys(records):
+        recs = [r for r in records if r.workload_key == key]
+        X, y, _ = training_set(recs, space_for)
+        tops.append(_top_mean(prior_score(X), y))
+        randoms.append(y.mean())
+    assert np.mean(tops) > np.mean(randoms) + 0.2
+
+
+# -- training data ----------------------------------------------------------------------
+
+
+def test_training_set_targets_groups_and_skips_invalid(records, space_for):
+    sample = records[:40] + records[-40:]
+    bad = replace(sample[1], config={**sample[1].config, "vec": 3})
+    failed = replace(sample[0], status="timeout", gflops=None, latency_s=None, latencies=())
+    X, y, g = training_set([*sample, bad, failed], space_for)
+    assert X.shape == (len(sample) + 1, len(feature_names(space_for(sample[0].workload))))
+    assert np.all(np.diff(g) >= 0)  # grouped by workload
+    for group in np.unique(g):
+        assert y[g == group].max() == pytest.approx(1.0)
+    assert ((y >= 0) & (y <= 1)).all()
+    assert y[g == 0][-1] == 0.0  # the failed record, last of its workload
+    assert normalized_targets([failed]).tolist() == [0.0]
+
+
+def test_training_set_rejects_mixed_device_families(records, space_for):
+    other = replace(records[0], device_family="elsewhere")
+    with pytest.raises(InvalidInputError, match="device famil"):
+        training_set([records[1], other], space_for)
+
+
+# -- models -------------------------------------------------------------------------------
+
+
+def test_every_kind_is_a_cost_model_and_unknown_kinds_are_refused():
+    for kind in KINDS:
+        assert isinstance(make_model(kind), CostModel)
+    with pytest.raises(InvalidInputError, match="xgb-reg"):
+        make_model("svm")
+
+
+def test_model_top_picks_on_held_out_shapes_beat_random_and_shuffled_targets(records, space_for):
+    model_tops, shuffled_tops, random_tops = [], [], []
+    for key in _workload_keys(records):
+        X, y, g, Xt, yt = _split(records, space_for, key)
+        for seed in (0, 1):
+            rng = np.random.default_rng(seed)
+            model = make_model(seed=seed).fit(X, y, g)
+            assert model.is_fitted
+            model_tops.append(_top_mean(model.predict(Xt), yt))
+            # The control: same features, targets shuffled within each workload.
+            ys = y.copy()
+            for group in np.unique(g):
+                idx = np.flatnonzero(g == group)
+                ys[idx] = rng.permutation(y[idx])
+            shuffled_tops.append(_top_mean(make_model(seed=seed).fit(X, ys, g).predict(Xt), yt))
+            random_tops.append(float(yt.mean()))
+
+    def passes(tops: list[float]) -> bool:
+        return np.mean(tops) > np.mean(random_tops) + 0.3
+
+    assert passes(model_tops), (np.mean(model_tops), np.mean(random_tops))
+    assert not passes(shuffled_tops), (np.mean(shuffled_tops), np.mean(random_tops))
+
+
+def test_model_ranks_a_held_out_shape_better_than_the_prior(records, space_for):
+    held = next(r.workload_key for r in records if r.workload["params"]["M"] == 512)
+    X, y, g, Xt, yt = _split(records, space_for, held)
+    pred = make_model(seed=0).fit(X, y, g).predict(Xt)
+    rho = spearmanr(pred, yt).statistic
+    rho_prior = spearmanr(prior_score(Xt), yt).statistic
+    assert rho > 0.6
+    assert rho > rho_prior
+    assert _top_mean(pred, yt) > 3 * yt.mean()
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "prior"])
+def test_tiny_data_falls_back_to_the_prior(records, space_for, kind):
+    X, y, g = training_set(records[:5], space_for)
+    model = make_model(kind, seed=0).fit(X, y, g)
+    assert not model.is_fitted
+    np.testing.assert_array_equal(model.predict(X), prior_score(X))
+    assert not make_model(kind).is_fitted
+    X, y, g = training_set(records[:60], space_for)
+    assert make_model(kind, seed=0).fit(X, y, g).is_fitted
+
+
+@pytest.mark.parametrize("kind", [k for k in KINDS if k != "prior"])
+def test_fit_is_deterministic_for_a_seed(records, space_for, kind):
+    X, y, g = training_set(records[::3], space_for)
+    a = make_model(kind, seed=3, n_estimators=30).fit(X, y, g).predict(X)
+    b = make_model(kind, seed=3, n_estimators=30).fit(X, y, g).predict(X)
+    np.testing.assert_array_equal(a, b)
+    assert np.ptp(a) > 0
+
+
+def test_default_kind_is_known():
+    assert DEFAULT_KIND in KINDS
+    assert type(make_model()) is type(make_model(DEFAULT_KIND))
+
+
+def test_bad_inputs_are_refused_with_clear_errors():
+    with pytest.raises(InvalidInputError, match="feature matrix"):
+        prior_score(np.zeros((3, 2)))
+    with pytest.raises(InvalidInputError, match="n_jobs"):
+        make_model("xgb-reg", n_jobs=0)
+    with pytest.raises(InvalidInputError, match="one value per row"):
+        make_model().fit(np.zeros((4, 9)), np.zeros(3))
