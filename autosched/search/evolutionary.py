@@ -48,8 +48,9 @@ class EvolutionarySearch:
         elites: int = 32,
         epsilon: float = 0.1,
         model_kind: str | None = None,
+        trust_after: int = 64,
     ) -> None:
-        from autosched.cost_model import make_model
+        from autosched.cost_model import DEFAULT_KIND, make_model
 
         self.space = space
         self.rng = rng
@@ -58,11 +59,8 @@ class EvolutionarySearch:
         self.generations = generations
         self.elites = elites
         self.epsilon = epsilon
-        self.model = (
-            make_model(model_kind, seed=int(rng.integers(2**31)))
-            if model_kind
-            else make_model(seed=int(rng.integers(2**31)))
-        )
+        self.trust_after = trust_after
+        self.model = make_model(model_kind or DEFAULT_KIND, seed=int(rng.integers(2**31)))
         self.records: list[Record] = []
         self.seen: set[str] = set()
         self._dirty = True
@@ -74,18 +72,33 @@ class EvolutionarySearch:
         self._dirty = True
 
     def _fit(self) -> None:
-        from autosched.cost_model import training_set
+        from autosched.cost_model import feature_names, training_set
 
         if not self._dirty:
             return
-        X, y, groups = training_set(self.records, self.space_for)
+        # Columns of this space, so transfer records line up with the candidates.
+        X, y, groups = training_set(self.records, self.space_for, names=feature_names(self.space))
         self.model.fit(X, y, groups)
         self._dirty = False
 
     def _predict(self, configs: Sequence[Config]) -> np.ndarray:
-        from autosched.cost_model import featurize
+        """Model score, blended with the feature prior while the model has seen little.
 
-        return np.asarray(self.model.predict(featurize(self.space, configs)), dtype=float)
+        A model fitted on a first batch of similar, good configs extrapolates wildly
+        to the rest of the space; until ``trust_after`` ok records are in, its ranking
+        is averaged with the prior's.
+        """
+        from autosched.cost_model import featurize, prior_score
+
+        X = featurize(self.space, configs)
+        model = np.asarray(self.model.predict(X), dtype=float)
+        n_ok = sum(1 for r in self.records if r.ok)
+        weight = (
+            min(1.0, n_ok / self.trust_after) if getattr(self.model, "is_fitted", True) else 0.0
+        )
+        if weight >= 1.0:
+            return model
+        return weight * _ranks(model) + (1.0 - weight) * _ranks(prior_score(X))
 
     def _parents(self) -> list[Config]:
         key = self.space.workload.key
@@ -134,3 +147,10 @@ class EvolutionarySearch:
             picked += [rest[i] for i in idx]
         self.seen.update(c.key for c in picked)
         return picked
+
+
+def _ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [0, 1] (ties broken by order): comparable across scorers."""
+    if len(values) < 2:
+        return np.zeros(len(values))
+    return np.argsort(np.argsort(values, kind="stable"), kind="stable") / (len(values) - 1)
