@@ -21,14 +21,15 @@ from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any, TextIO
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.base import Database
 from autosched.records.record import STATUSES, Record, canonical_json
 from autosched.records.sqlite import SQLiteDatabase, check_record
+
+if TYPE_CHECKING:
+    import pandas
 
 logger = logging.getLogger(__name__)
 
@@ -273,7 +274,7 @@ def stats(
     device_family: str | None = None,
     target: str | None = None,
     status: str | None = None,
-) -> pd.DataFrame:
+) -> pandas.DataFrame:
     """Summary table: one row per (op, workload_key, target, device name).
 
     Columns: :data:`STATS_COLUMNS` -- ``params`` (the shapes, ``K=64,M=64,...``),
@@ -287,7 +288,12 @@ def stats(
         lambda: dict.fromkeys(STATUSES, 0)
     )
     for record in records:
-        key = (record.op, record.workload_key, record.target, str(record.device.get("device", "")))
+        key = (
+            record.op,
+            record.workload_key,
+            record.target,
+            str(record.device.get("name") or record.device.get("device", "")),
+        )
         row = groups.setdefault(
             key,
             {
@@ -318,6 +324,8 @@ def stats(
                 "best_latency_s": groups[key]["best_latency_s"],
             }
         )
+    import pandas as pd  # only here: it costs ~150 ms to import
+
     frame = pd.DataFrame(rows, columns=list(STATS_COLUMNS))
     for name in ("n", *STATUSES):
         frame[name] = frame[name].astype("int64")
