@@ -69,19 +69,39 @@ def analyze(workload: Workload) -> LoopNest:
 
 @lru_cache(maxsize=256)
 def _analyze_cached(key: str, workload: Workload) -> LoopNest:
-    import tvm
     from tvm import te
-    from tvm.s_tir import Schedule
 
     st = workload.stages()
-    sch = Schedule(te.create_prim_func([*st.inputs, *st.outputs]))
-    block = sch.get(sch.get_sblock(st.main.op.name))
+    nest = analyze_prim_func(te.create_prim_func([*st.inputs, *st.outputs]))
+    if nest.main != st.main.op.name:
+        raise ScheduleError(f"{workload}: expected main stage {st.main.op.name}, found {nest.main}")
+    return nest
+
+
+def analyze_prim_func(func) -> LoopNest:
+    """The loop nest of any PrimFunc with one reduction block (TE's, or Relax's after fusion).
+
+    Blocks before the reduction are producers, blocks after it form the epilogue.
+    """
+    import tvm
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    blocks = [sch.get(b) for b in sch.get_child_blocks(sch.get_sblock("root"))]
+    reductions = [
+        i for i, b in enumerate(blocks) if any(int(iv.iter_type) == 2 for iv in b.iter_vars)
+    ]
+    if len(reductions) != 1:
+        raise ScheduleError(f"expected one reduction block, found {len(reductions)}")
+    (at,) = reductions
+    block = blocks[at]
+    output = block.writes[0].source.name
     axes = []
     var_names = {}
     for iv in block.iter_vars:
         kind = {0: "S", 2: "R"}.get(int(iv.iter_type))
         if kind is None:
-            raise ScheduleError(f"{workload}: main block has an axis of unsupported kind {iv}")
+            raise ScheduleError(f"block {block.name_hint} has an axis of unsupported kind {iv}")
         name = str(iv.var.name).removeprefix("v_")
         var_names[name] = iv.var
         axes.append(Axis(name, int(iv.dom.extent), kind))
@@ -89,22 +109,35 @@ def _analyze_cached(key: str, workload: Workload) -> LoopNest:
     inputs = []
     for region in block.reads:
         buf = region.source.name
-        if buf == st.main.op.name:  # the accumulator itself (update reads C)
+        if buf == output:  # the accumulator itself (the update reads it)
             continue
         dims, extents = [], []
         for rng in region.region:
             coeffs = tvm.sym.detect_linear_equation(rng.min, variables)
             if len(coeffs) != len(variables) + 1:
-                raise ScheduleError(f"{workload}: access {region} is not affine in the loop axes")
+                raise ScheduleError(f"access {region} is not affine in the loop axes")
             terms = tuple((name, int(c)) for name, c in zip(var_names, coeffs[:-1]) if int(c) != 0)
             dims.append(terms)
             extents.append(int(rng.extent))
         inputs.append(Access(buf, tuple(dims), tuple(extents)))
     return LoopNest(
-        main=st.main.op.name,
+        main=block.name_hint,
         axes=tuple(sorted(axes, key=lambda a: a.kind == "R")),
         inputs=tuple(inputs),
-        output=st.main.op.name,
-        producers=tuple(t.op.name for t in st.producers),
-        epilogue=tuple(t.op.name for t in st.epilogue),
+        output=output,
+        producers=tuple(b.name_hint for b in blocks[:at]),
+        epilogue=tuple(b.name_hint for b in blocks[at + 1 :]),
+    )
+
+
+def signature(nest: LoopNest) -> tuple:
+    """The nest with every name replaced by its position: equal for the same computation
+    whatever TVM front end (TE, Relax legalisation) named its axes and buffers."""
+    pos = {a.name: i for i, a in enumerate(nest.axes)}
+    return (
+        tuple((a.kind, a.extent) for a in nest.axes),
+        tuple(
+            (tuple(tuple((pos[n], c) for n, c in terms) for terms in acc.dims), acc.extents)
+            for acc in nest.inputs
+        ),
     )
