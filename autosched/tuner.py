@@ -23,6 +23,7 @@ import numpy as np
 
 from autosched.errors import InvalidInputError
 from autosched.measure.build import BuildResult
+from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device, select_device
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
@@ -52,7 +53,7 @@ class TuneResult:
     interleaved re-measurement, so their ratio was measured side by side."""
 
     workload: Workload
-    device: Device
+    device: Device | HostCPU
     target: str
     trials: int  # measured trials of this workload on this device, this run's included
     new_trials: int  # measured by this run
@@ -177,7 +178,7 @@ class Tuner:
         workload: Workload,
         *,
         db: Database,
-        device: Device,
+        device: Device | HostCPU,
         target: str = "opencl",
         seed: int = 0,
         timeout_s: float = 30.0,
@@ -246,11 +247,19 @@ class Tuner:
     def measure(
         self, configs: Sequence[Config], *, on_record: Callable[[Record], None] | None = None
     ) -> list[Record]:
-        """Build all ``configs`` in the worker pool and measure each as its build lands."""
+        """Build all ``configs`` in the worker pool and measure each as its build lands.
+
+        On llvm the builds run on the cores that the kernels are timed on, so the whole
+        batch is built before the first measurement.
+        """
         futures = [self._submit(c) for c in configs]
+        limit = max(60.0, self.timeout_s)
+        builds: list[BuildResult | None] = [None] * len(configs)
+        if self.target == "llvm":
+            builds = [self.builders.result(fut, limit) for fut in futures]
         out = []
-        for config, fut in zip(configs, futures):
-            built = self.builders.result(fut, max(60.0, self.timeout_s))
+        for config, fut, built in zip(configs, futures, builds):
+            built = built or self.builders.result(fut, limit)
             outcome = None
             if built.program is not None:
                 outcome = self.worker.measure(built.program, self.data, self.timing)
@@ -304,7 +313,7 @@ def tune(
     batch: int = 16,
     strategy: str = "model",
     db: Database | str | os.PathLike | None = None,
-    device: Device | str | int | None = None,
+    device: Device | HostCPU | str | int | None = None,
     target: str = "opencl",
     seed: int = 0,
     timeout_s: float = 30.0,
@@ -320,7 +329,10 @@ def tune(
         batch: configs proposed, built and measured between two model updates.
         strategy: ``"model"`` (cost-model-guided evolution), ``"random"`` or ``"tpe"``.
         db: a Database, or a path to an SQLite file (default: ``default_db_path()``).
-        device: a Device or selector (see ``select_device``); default: first GPU, else first device.
+        device: a device or selector (see ``select_device``); default: first GPU, else first
+            device (OpenCL); the host CPU (llvm).
+        target: ``"opencl"`` (OpenCL C on an OpenCL device) or ``"llvm"`` (TVM's LLVM
+            code generation for the host CPU).
         seed: seeds every random choice; a seeded run is reproducible up to timing noise.
         timeout_s: limit per candidate; a kernel that hangs longer is killed.
         finalists: best candidates re-measured side by side with the default at the end.
@@ -336,7 +348,7 @@ def tune(
     if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
         raise InvalidInputError(f"timeout_s={timeout_s!r} is not valid; accepted: a number > 0")
     start = time.perf_counter()
-    dev = device if isinstance(device, Device) else select_device(device)
+    dev = select_device(device, target=target)
     database, owned = _open_db(db)
     tuner = Tuner(
         workload,

@@ -7,7 +7,7 @@ import dataclasses
 import pytest
 
 from autosched.measure.build import build
-from autosched.measure.program import KernelLaunch, KernelProgram
+from autosched.measure.program import KernelProgram
 from autosched.measure.runner import TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import workload
@@ -27,9 +27,21 @@ def worker(device):
 CONFIGS = {
     "default": None,
     "register_tile_vec16": {"tile.i": (1, 8), "tile.j": (1, 32), "tile.k": (2, 2), "vec": 16},
-    "threads_and_local_staging": {"tile.i": (4, 2), "tile.j": (4, 4), "tile.k": (8, 2), "vec": 4,
-                                  "stage.A": "local", "stage.B": "local"},
-    "unfused_epilogue": {"tile.i": (2, 4), "tile.j": (2, 8), "tile.k": (4, 4), "vec": 8, "fuse": False},
+    "threads_and_local_staging": {
+        "tile.i": (4, 2),
+        "tile.j": (4, 4),
+        "tile.k": (8, 2),
+        "vec": 4,
+        "stage.A": "local",
+        "stage.B": "local",
+    },
+    "unfused_epilogue": {
+        "tile.i": (2, 4),
+        "tile.j": (2, 8),
+        "tile.k": (4, 4),
+        "vec": 8,
+        "fuse": False,
+    },
 }
 
 
@@ -75,9 +87,16 @@ def test_hanging_wrong_and_crashing_kernels_are_classified_and_tuning_goes_on(de
     data = make_data(wl)
     names = [good.tensors[i].name for i in good.kernels[0].args]
     params = ", ".join(f"__global float* restrict {n}" for n in names)
-    hang = _with_kernel(good, f"__kernel void main_kernel({params}) {{ while (A[0] < 1e30f) {{ C[1] = A[0]; }} }}")
-    wrong = _with_kernel(good, f"__kernel void main_kernel({params}) {{ for (int i = 0; i < 1024; ++i) C[i] = 1.0f; }}")
-    crash = _with_kernel(good, f"__kernel void main_kernel({params}) {{ ((__global float*)16)[0] = 1.0f; }}")
+    hang = _with_kernel(
+        good, f"__kernel void main_kernel({params}) {{ while (A[0] < 1e30f) {{ C[1] = A[0]; }} }}"
+    )
+    wrong = _with_kernel(
+        good,
+        f"__kernel void main_kernel({params}) {{ for (int i = 0; i < 1024; ++i) C[i] = 1.0f; }}",
+    )
+    crash = _with_kernel(
+        good, f"__kernel void main_kernel({params}) {{ ((__global float*)16)[0] = 1.0f; }}"
+    )
     broken = _with_kernel(good, "__kernel void main_kernel(__global float* A) { syntax error }")
     with MeasureWorker(device, timeout_s=5) as w:
         assert w.measure(hang, data, FAST).status == "timeout"

@@ -16,7 +16,11 @@ LIMITS = DeviceLimits(max_work_group_size=256, max_work_item_size=256, local_mem
 
 def test_loop_nest_is_read_from_the_compute():
     nest = analyze(workload("matmul", M=64, N=32, K=16, epilogue="bias_relu"))
-    assert [(a.name, a.extent, a.kind) for a in nest.axes] == [("i", 64, "S"), ("j", 32, "S"), ("k", 16, "R")]
+    assert [(a.name, a.extent, a.kind) for a in nest.axes] == [
+        ("i", 64, "S"),
+        ("j", 32, "S"),
+        ("k", 16, "R"),
+    ]
     assert [a.buffer for a in nest.inputs] == ["A", "B"]
     assert nest.epilogue == ("D",)
     a, b = nest.inputs
@@ -30,7 +34,9 @@ def test_knobs_cover_tiling_parallelism_caching_and_fusion():
     assert (1, 8) in space.knob("tile.i").choices  # one work-item per group, 8-row register tile
     assert 16 in space.knob("vec").choices
     # No epilogue, no fusion knob.
-    assert "fuse" not in {k.name for k in Space(workload("matmul", M=8, N=8, K=8), limits=LIMITS).knobs}
+    assert "fuse" not in {
+        k.name for k in Space(workload("matmul", M=8, N=8, K=8), limits=LIMITS).knobs
+    }
 
 
 def test_sampled_configs_respect_device_limits():
@@ -48,8 +54,15 @@ def test_configs_over_the_limits_are_pruned_with_a_reason():
     base = space.default()
     too_many = base.replace(**{"tile.i": (32, 1), "tile.j": (16, 1)})
     assert "exceeds the device limit 256" in space.check(too_many)
-    big_stage = base.replace(**{"tile.i": (8, 16), "tile.j": (4, 16), "tile.k": (64, 1), "stage.A": "local",
-                                "stage.B": "local"})
+    big_stage = base.replace(
+        **{
+            "tile.i": (8, 16),
+            "tile.j": (4, 16),
+            "tile.k": (64, 1),
+            "stage.A": "local",
+            "stage.B": "local",
+        }
+    )
     assert "local memory" in space.check(big_stage)
     bad_vec = base.replace(vec=16)
     assert "vec=16" in space.check(bad_vec)
@@ -86,7 +99,10 @@ def test_workload_key_is_stable_and_names_everything():
 
 @pytest.mark.parametrize(
     "params, fragment",
-    [({"M": 0, "N": 1, "K": 1}, "positive integer"), ({"M": 1, "N": 1, "K": 1, "epilogue": "gelu"}, "bias_relu")],
+    [
+        ({"M": 0, "N": 1, "K": 1}, "positive integer"),
+        ({"M": 1, "N": 1, "K": 1, "epilogue": "gelu"}, "bias_relu"),
+    ],
 )
 def test_bad_workloads_name_what_is_accepted(params, fragment):
     with pytest.raises(InvalidInputError, match=fragment):

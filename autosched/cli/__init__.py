@@ -172,6 +172,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         strategy=args.strategy,
         db=db,
         device=args.device,
+        target=args.target,
         seed=args.seed,
         timeout_s=args.timeout,
         progress=progress,
@@ -179,7 +180,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     res = result.to_json()
     print()
     print(f"workload   {wl}   key {wl.key}")
-    print(f"device     {result.device.name}   key {result.device.key()}")
+    print(f"device     {result.device.name}   key {result.device.key(args.target)}")
     print(
         f"trials     {result.trials} in the database ({result.new_trials} measured now, {result.wall_s:.1f} s)"
     )
@@ -207,10 +208,10 @@ def cmd_best(args: argparse.Namespace) -> int:
     from autosched.records.sqlite import SQLiteDatabase, default_db_path
 
     wl = _workload(args)
-    dev = select_device(args.device)
+    dev = select_device(args.device, target=args.target)
     path = args.db or default_db_path()
     with SQLiteDatabase(Path(path), create=False) as db:
-        recs = db.best(wl.key, device_key=dev.key(), target="opencl", k=1)
+        recs = db.best(wl.key, device_key=dev.key(args.target), target=args.target, k=1)
     if not recs:
         print(
             f"no ok record of {wl} on {dev.name} in {path}; run `autosched tune` first",
@@ -229,7 +230,7 @@ def cmd_best(args: argparse.Namespace) -> int:
         {
             "workload": wl.to_json(),
             "workload_key": wl.key,
-            "device_key": dev.key(),
+            "device_key": dev.key(args.target),
             "best": {
                 "gflops": r.gflops,
                 "latency_s": r.latency_s,
@@ -247,6 +248,7 @@ def cmd_best(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from autosched.search import STRATEGIES
+    from autosched.space.space import TARGETS
 
     parser = _Parser(
         prog="autosched", description="ML-guided autotuning of tensor-operator schedules."
@@ -276,6 +278,13 @@ def build_parser() -> argparse.ArgumentParser:
             help="records database (default: ~/.local/share/autosched/records.db)",
         )
         p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+        p.add_argument(
+            "--target",
+            choices=TARGETS,
+            default="opencl",
+            help="opencl (an OpenCL device) or llvm (the host CPU through TVM's LLVM); "
+            "default opencl",
+        )
 
     p = sub.add_parser("tune", help="tune one workload on a device")
     workload_args(p)
@@ -298,9 +307,11 @@ def build_parser() -> argparse.ArgumentParser:
     workload_args(p)
     p.set_defaults(func=cmd_best)
 
-    from autosched.cli import records_cmd
+    from autosched.cli import compile_cmd, records_cmd, report_cmd
 
     records_cmd.add_parser(sub)
+    compile_cmd.add_parser(sub)
+    report_cmd.add_parser(sub)
     return parser
 
 

@@ -1,15 +1,18 @@
-"""Build: config -> scheduled TVM module -> OpenCL C source and launch geometry.
+"""Build: config -> scheduled TVM module -> a program the runner can load.
 
-The geometry is read from TVM's lowered device functions (their ``thread_extent``
-attributes and parameters), never parsed out of the generated C.
+OpenCL: OpenCL C source and launch geometry. The geometry is read from TVM's lowered
+device functions (their ``thread_extent`` attributes and parameters), never parsed out
+of the generated C. llvm: a shared library compiled for the host CPU, as bytes.
 """
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 
 from autosched.errors import ScheduleError
-from autosched.measure.program import KernelLaunch, KernelProgram
+from autosched.measure.program import CpuProgram, KernelLaunch, KernelProgram, Program
 from autosched.space.config import Config
 from autosched.space.schedule import prim_func_tensors, schedule
 from autosched.space.space import Space
@@ -19,14 +22,20 @@ from autosched.space.space import Space
 class BuildResult:
     """A built program, or an error kind (``invalid`` or ``build_error``) and message."""
 
-    program: KernelProgram | None
+    program: Program | None
     status: str = "ok"
     error: str = ""
     seconds: float = 0.0
 
 
-def build(space: Space, config: Config) -> KernelProgram:
-    """Lower ``config`` to OpenCL. Raises ScheduleError (invalid) or other errors (build)."""
+def build(space: Space, config: Config) -> Program:
+    """Build ``config`` for the space's target.
+
+    Returns a :class:`KernelProgram` (OpenCL) or a :class:`CpuProgram` (llvm). Raises
+    ScheduleError (invalid) or other errors (build).
+    """
+    if space.target == "llvm":
+        return _build_cpu(space, config)
     import tvm
     from tvm.target import Target
     from tvm.tirx.build import codegen_build, split_host_device_mods
@@ -59,6 +68,24 @@ def build(space: Space, config: Config) -> KernelProgram:
         launches.append(_launch(gv.name_hint, tuple(args), extents))
     source = codegen_build(dev_mod, dev_target).inspect_source()
     return KernelProgram(source=source, kernels=tuple(launches), tensors=tuple(tensors))
+
+
+def _build_cpu(space: Space, config: Config) -> CpuProgram:
+    import tvm
+
+    from autosched.measure.cpu import host_cpu
+
+    mod = schedule(space, config)
+    target = host_cpu().tvm_target()
+    executable = tvm.compile(mod, target=tvm.target.Target(target))
+    tensors = space.workload.tensor_specs(with_intermediates=not config.get("fuse", True))
+    names = [t.name for t in prim_func_tensors(space, config)]
+    assert names == [t.name for t in tensors], (names, tensors)
+    with tempfile.TemporaryDirectory(prefix="autosched-build-") as tmp:
+        path = Path(tmp) / "kernel.so"
+        executable.export_library(str(path))  # links with the system C compiler
+        library = path.read_bytes()
+    return CpuProgram(library=library, entry="main", tensors=tuple(tensors), target=target)
 
 
 def _launch_order(name: str) -> int:

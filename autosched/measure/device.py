@@ -1,4 +1,9 @@
-"""OpenCL devices: discovery, selection and the fingerprint that records are keyed by."""
+"""Devices: discovery, selection and the fingerprint that records are keyed by.
+
+OpenCL devices are listed here; the ``llvm`` target's only device is the host CPU
+(:class:`autosched.measure.cpu.HostCPU`), which ``select_device(..., target="llvm")``
+returns without touching OpenCL.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,14 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
 from autosched.errors import DeviceError, InvalidInputError
 from autosched.records.record import canonical_json
-from autosched.space.space import DeviceLimits
+from autosched.space.space import TARGETS, DeviceLimits
+
+if TYPE_CHECKING:
+    from autosched.measure.cpu import HostCPU
 
 
 @dataclass(frozen=True)
@@ -123,13 +132,37 @@ def list_devices() -> tuple[Device, ...]:
     return tuple(out)
 
 
-def select_device(selector: str | int | None = None) -> Device:
-    """Pick a device.
+def select_device(
+    selector: str | int | Device | HostCPU | None = None, *, target: str = "opencl"
+) -> Device | HostCPU:
+    """Pick a device for ``target``.
 
-    ``selector`` is None (the first GPU, else the first device), an index into
-    ``list_devices()`` (``"0"``), ``"platform:device"`` (``"0:1"``), or a substring of
-    the device or platform name (case-insensitive, ``"pthread"``).
+    For ``"opencl"``, ``selector`` is None (the first GPU, else the first device), an
+    index into ``list_devices()`` (``"0"``), ``"platform:device"`` (``"0:1"``), or a
+    substring of the device or platform name (case-insensitive, ``"pthread"``).
+    For ``"llvm"`` the device is the host CPU: None, ``0``, ``host``, ``cpu`` or part
+    of its name. A device object is returned as it is if it serves ``target``.
+
+    Raises:
+        InvalidInputError: no such device, or a device that does not serve ``target``.
+        DeviceError: no OpenCL platform (``"opencl"`` only).
     """
+    from autosched.measure.cpu import HostCPU, select_host
+
+    if target not in TARGETS:
+        raise InvalidInputError(
+            f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}"
+        )
+    if isinstance(selector, (Device, HostCPU)):
+        if isinstance(selector, HostCPU) != (target == "llvm"):
+            serves = "llvm" if isinstance(selector, HostCPU) else "opencl"
+            raise InvalidInputError(
+                f"device {selector.name!r} does not serve target {target!r}; accepted: "
+                f"a device of target {target!r} (this one serves {serves})"
+            )
+        return selector
+    if target == "llvm":
+        return select_host(selector)
     devices = list_devices()
     accepted = f"an index (0..{len(devices) - 1}), 'platform:device', or part of a device name"
     if selector is None or selector == "":

@@ -1,8 +1,14 @@
-"""What the build step hands to the runner: plain, picklable data, no TVM objects."""
+"""What the build step hands to the runner: plain, picklable data, no TVM objects.
+
+A program says which runner it needs through its ``kind``: ``"opencl"`` programs are
+OpenCL C launched through pyopencl, ``"llvm"`` programs are shared libraries from
+TVM's LLVM code generation, called through TVM's runtime on the host CPU.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from autosched.ops.base import TensorSpec
 
@@ -25,6 +31,34 @@ class KernelLaunch:
 class KernelProgram:
     """OpenCL C source plus everything needed to launch it on any OpenCL runtime."""
 
+    kind: ClassVar[str] = "opencl"
+
     source: str
     kernels: tuple[KernelLaunch, ...]
     tensors: tuple[TensorSpec, ...]
+
+
+@dataclass(frozen=True)
+class CpuProgram:
+    """A shared library built by TVM for the host CPU, as bytes.
+
+    Bytes rather than a path: the program crosses from a build process to the
+    measurement process, and a file owned by neither would have no one to delete it.
+
+    Attributes:
+        library: the shared object (``Executable.export_library``), to be written to a
+            file and loaded with ``tvm.runtime.load_module``.
+        entry: the function to call; it takes ``tensors`` in order.
+        tensors: the arguments, as in :class:`KernelProgram`.
+        target: the TVM target it was compiled for (kind, mcpu, num-cores).
+    """
+
+    kind: ClassVar[str] = "llvm"
+
+    library: bytes = field(repr=False)
+    entry: str
+    tensors: tuple[TensorSpec, ...]
+    target: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+
+
+Program = KernelProgram | CpuProgram

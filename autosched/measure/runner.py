@@ -1,17 +1,21 @@
-"""Run a built program on an OpenCL device: correctness first, then honest timing.
+"""Run a built program on its device: correctness first, then honest timing.
 
-This module runs inside a measurement worker process (see :mod:`autosched.measure.worker`);
-it imports pyopencl but never TVM.
+This module runs inside a measurement worker process (see :mod:`autosched.measure.worker`).
+:class:`OpenCLRunner` runs OpenCL programs through pyopencl and never imports TVM;
+:class:`CpuRunner` runs llvm programs through TVM's runtime on the host CPU.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from autosched.measure.program import KernelProgram
+from autosched.measure.program import CpuProgram, KernelProgram
 from autosched.records.record import BUILD_ERROR, OK, RUN_ERROR, WRONG_RESULT
 
 
@@ -132,6 +136,84 @@ class OpenCLRunner:
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"launch failed: {_first_lines(exc)}")
         return RunOutcome(OK, "", tuple(latencies), compile_s)
+
+
+class CpuRunner:
+    """Runs llvm programs (shared libraries) through TVM's runtime on the host CPU.
+
+    TVM's thread pool reads its size from ``TVM_NUM_THREADS`` when it starts, so the
+    worker process sets that before the first kernel runs.
+
+    Args:
+        workdir: where libraries are written to be loaded (each is deleted once loaded).
+    """
+
+    # A timed sample of a very short kernel is several back-to-back calls, so that the
+    # clock's resolution and the call overhead do not decide the figure.
+    MIN_SAMPLE_S = 1e-4
+
+    def __init__(self, workdir: str | Path) -> None:
+        import tvm
+
+        self.tvm = tvm
+        self.dev = tvm.cpu(0)
+        self.workdir = Path(workdir)
+        self.data: TestData | None = None
+        self._inputs: dict[str, object] = {}
+        self._count = itertools.count()
+
+    def set_data(self, data: TestData) -> None:
+        self.data = data
+        self._inputs = {
+            name: self.tvm.runtime.tensor(np.ascontiguousarray(arr), self.dev)
+            for name, arr in data.inputs.items()
+        }
+
+    def run(self, program: CpuProgram, options: TimingOptions) -> RunOutcome:
+        tvm = self.tvm
+        assert self.data is not None, "set_data first"
+        t0 = time.perf_counter()
+        path = self.workdir / f"kernel-{next(self._count)}.so"
+        try:
+            path.write_bytes(program.library)
+            module = tvm.runtime.load_module(str(path))
+            func = module[program.entry]
+        except Exception as exc:
+            return RunOutcome(BUILD_ERROR, f"cannot load the library: {_first_lines(exc)}")
+        finally:
+            path.unlink(missing_ok=True)  # loaded: the mapping outlives the file
+        # Outputs and scratch start as NaN so a kernel that skips elements is caught.
+        args, outputs = [], {}
+        for spec in program.tensors:
+            if spec.role == "input":
+                args.append(self._inputs[spec.name])
+                continue
+            buf = tvm.runtime.tensor(np.full(spec.shape, np.nan, dtype=spec.dtype), self.dev)
+            args.append(buf)
+            if spec.role == "output":
+                outputs[spec.name] = buf
+        try:
+            func(*args)
+            compile_s = time.perf_counter() - t0
+            for name, buf in outputs.items():
+                problem = _compare(
+                    buf.numpy(), self.data.expected[name], self.data.rtol, self.data.atol
+                )
+                if problem:
+                    return RunOutcome(WRONG_RESULT, f"{name}: {problem}", compile_s=compile_s)
+            for _ in range(options.warmup):
+                func(*args)
+            start = time.perf_counter()
+            func(*args)
+            estimate = max(time.perf_counter() - start, 1e-7)
+            number = max(1, min(1000, math.ceil(self.MIN_SAMPLE_S / estimate)))
+            repeats = math.ceil(options.min_time_s / (number * estimate))
+            repeats = max(options.min_repeats, min(options.max_repeats, repeats))
+            timer = module.time_evaluator(program.entry, self.dev, number=number, repeat=repeats)
+            latencies = tuple(float(t) for t in timer(*args).results)
+        except Exception as exc:
+            return RunOutcome(RUN_ERROR, f"call failed: {_first_lines(exc)}")
+        return RunOutcome(OK, "", latencies, compile_s)
 
 
 def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> str:

@@ -1,9 +1,10 @@
 """Killable measurement worker: a hung or crashing kernel never takes the tuner down.
 
-The parent keeps one child process that owns the OpenCL context. Each candidate is
-sent over a pipe with a deadline; if the child does not answer in time it is killed
+The parent keeps one child process that owns the device: the OpenCL context, or, for
+the host CPU (``llvm``), TVM's runtime and its thread pool. Each candidate is sent over
+a pipe with a deadline; if the child does not answer in time it is killed
 (``timeout``), if it dies (``run_error``, with the signal), and a fresh child is
-started for the next candidate.
+started for the next candidate. The child picks the runner by the program's kind.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import signal
 import tempfile
 import time
 
+from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
-from autosched.measure.program import KernelProgram
+from autosched.measure.program import Program
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.records.record import RUN_ERROR, TIMEOUT
 
@@ -26,12 +28,30 @@ log = logging.getLogger(__name__)
 _START_TIMEOUT_S = 120.0
 
 
-def _child_main(conn, platform_index: int, device_index: int, env: dict[str, str]) -> None:
-    os.environ.update(env)  # before pyopencl loads the ICD
+def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> None:
+    """``device_spec``: ``("opencl", platform_index, device_index)`` or ``("llvm",)``."""
+    os.environ.update(env)  # before pyopencl loads the ICD, before TVM starts its threads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    from autosched.measure.runner import OpenCLRunner
+    runners: dict[str, object] = {}
 
-    runner = OpenCLRunner(platform_index, device_index)
+    def runner_for(kind: str):
+        if kind not in runners:
+            if kind != device_spec[0]:
+                raise ValueError(f"a {kind} program cannot run on a {device_spec[0]} device")
+            if kind == "opencl":
+                from autosched.measure.runner import OpenCLRunner
+
+                runners[kind] = OpenCLRunner(device_spec[1], device_spec[2])
+            else:
+                from autosched.measure.runner import CpuRunner
+
+                runners[kind] = CpuRunner(workdir)
+            if data is not None:
+                runners[kind].set_data(data)
+        return runners[kind]
+
+    data: TestData | None = None
+    runner_for(device_spec[0])  # open the device now: a broken driver fails the start
     conn.send(("ready",))
     while True:
         try:
@@ -42,11 +62,13 @@ def _child_main(conn, platform_index: int, device_index: int, env: dict[str, str
         if kind == "stop":
             return
         if kind == "data":
-            runner.set_data(msg[1])
+            data = msg[1]
+            for runner in runners.values():
+                runner.set_data(data)
             conn.send(("ok",))
         elif kind == "run":
             try:
-                conn.send(("result", runner.run(msg[1], msg[2])))
+                conn.send(("result", runner_for(msg[1].kind).run(msg[1], msg[2])))
             except Exception as exc:  # a bug in the runner must not look like a hang
                 conn.send(("result", RunOutcome(RUN_ERROR, f"runner: {type(exc).__name__}: {exc}")))
 
@@ -55,27 +77,35 @@ class MeasureWorker:
     """Measures programs on ``device`` in a child process, one at a time.
 
     Args:
-        device: the OpenCL device.
-        timeout_s: limit per candidate (OpenCL compile, check and all repeats).
+        device: an OpenCL device, or the host CPU for llvm programs.
+        timeout_s: limit per candidate (loading or compiling, check and all repeats).
     """
 
-    def __init__(self, device: Device, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, device: Device | HostCPU, *, timeout_s: float = 30.0) -> None:
         self.device = device
         self.timeout_s = timeout_s
         self._proc: mp.Process | None = None
         self._conn = None
         self._data_key: str | None = None
-        # PoCL caches compiled kernels on disk; keep ours out of the user's cache.
-        self._cache_dir = tempfile.mkdtemp(prefix="autosched-pocl-")
+        # PoCL caches compiled kernels on disk; keep ours out of the user's cache. The
+        # llvm runner writes each library here to load it.
+        self._cache_dir = tempfile.mkdtemp(prefix="autosched-measure-")
         self.restarts = 0
+
+    def _spec(self) -> tuple[tuple, dict[str, str]]:
+        if isinstance(self.device, HostCPU):
+            # TVM's pool otherwise sizes itself from the machine, not from what we may use.
+            return ("llvm",), {"TVM_NUM_THREADS": str(self.device.cores)}
+        spec = ("opencl", self.device.platform_index, self.device.device_index)
+        return spec, {"POCL_CACHE_DIR": self._cache_dir, "PYOPENCL_NO_CACHE": "1"}
 
     def _start(self) -> None:
         ctx = mp.get_context("spawn")
         parent, child = ctx.Pipe()
-        env = {"POCL_CACHE_DIR": self._cache_dir, "PYOPENCL_NO_CACHE": "1"}
+        spec, env = self._spec()
         proc = ctx.Process(
             target=_child_main,
-            args=(child, self.device.platform_index, self.device.device_index, env),
+            args=(child, spec, env, self._cache_dir),
             daemon=True,
         )
         proc.start()
@@ -95,7 +125,7 @@ class MeasureWorker:
         self._proc, self._conn, self._data_key = None, None, None
         self.restarts += 1
 
-    def measure(self, program: KernelProgram, data: TestData, options: TimingOptions) -> RunOutcome:
+    def measure(self, program: Program, data: TestData, options: TimingOptions) -> RunOutcome:
         """Run ``program`` against ``data``; every failure comes back as an outcome."""
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:

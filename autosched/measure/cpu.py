@@ -1,0 +1,205 @@
+"""The host CPU as the device of the ``llvm`` target: identity, fingerprint, TVM target.
+
+Kernels for ``llvm`` are compiled by TVM's LLVM code generation for this machine's CPU
+(``mcpu`` from LLVM's host detection: without it the code is generic x86-64 and
+several times slower) and run through TVM's runtime on all usable cores. Nothing here
+needs OpenCL.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from autosched.errors import InvalidInputError
+from autosched.records.record import canonical_json
+from autosched.space.space import DeviceLimits
+
+# Instruction-set extensions that change what LLVM emits for these kernels.
+_ISA_FLAGS = (
+    "sse4_2",
+    "avx",
+    "avx2",
+    "fma",
+    "f16c",
+    "avx512f",
+    "avx512dq",
+    "avx512bw",
+    "avx512vl",
+    "avx512_vnni",
+    "avx512_bf16",
+    "avx512_fp16",
+    "amx_tile",
+    "asimd",
+    "sve",
+)
+
+HOST_SELECTORS = ("host", "cpu", "0")
+
+
+@dataclass(frozen=True)
+class HostCPU:
+    """This machine's CPU as plain data; the only device of the ``llvm`` target.
+
+    Attributes:
+        name: the CPU model as the OS reports it.
+        vendor: ``GenuineIntel``, ``AuthenticAMD``, ...
+        mcpu: LLVM's name for the host CPU; what kernels are compiled for.
+        cores: CPUs this process may run on; TVM's thread pool uses all of them.
+        isa: vector instruction-set extensions present (a fixed list of relevant ones).
+        cache_bytes: ``(level, bytes)`` of the data and unified caches of one core.
+        llvm_version: major version of the LLVM inside TVM.
+    """
+
+    name: str
+    vendor: str
+    mcpu: str
+    cores: int
+    isa: tuple[str, ...]
+    cache_bytes: tuple[tuple[int, int], ...]
+    llvm_version: str
+
+    index: int = 0
+    type: str = "cpu"
+    platform: str = "host"
+
+    @property
+    def compute_units(self) -> int:
+        return self.cores
+
+    @property
+    def selector(self) -> str:
+        return "host"
+
+    @property
+    def limits(self) -> DeviceLimits:
+        return DeviceLimits(
+            max_work_group_size=1,
+            max_work_item_size=1,
+            local_mem_bytes=0,
+            is_cpu=True,
+            cores=self.cores,
+        )
+
+    def tvm_target(self) -> dict[str, Any]:
+        """The TVM target (as the dict ``tvm.target.Target`` takes) kernels are built for."""
+        return {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.cores}
+
+    def fingerprint(self, target: str = "llvm") -> dict:
+        """Everything that can change a measurement: CPU, cores, compilers."""
+        from autosched import __version__
+        from autosched.measure.device import _tvm_version
+
+        _check_target(target)
+        return {
+            "target": target,
+            "platform": self.platform,
+            "name": self.name,
+            "vendor": self.vendor,
+            "type": self.type,
+            "mcpu": self.mcpu,
+            "compute_units": self.cores,
+            "isa": list(self.isa),
+            "cache_bytes": {f"L{level}": size for level, size in self.cache_bytes},
+            "llvm_version": self.llvm_version,
+            "tvm_version": _tvm_version(),
+            "autosched_version": __version__,
+        }
+
+    def key(self, target: str = "llvm") -> str:
+        """Exact identity: hash of the full fingerprint."""
+        return hashlib.sha1(canonical_json(self.fingerprint(target)).encode()).hexdigest()[:16]
+
+    def family(self, target: str = "llvm") -> str:
+        """Same hardware whatever the compiler versions (as ``Device.family``)."""
+        _check_target(target)
+        text = canonical_json([target, self.platform, self.name, self.cores])
+        return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def _check_target(target: str) -> None:
+    if target != "llvm":
+        raise InvalidInputError(
+            f"target {target!r} does not run on the host CPU device; accepted: llvm"
+        )
+
+
+@lru_cache(maxsize=1)
+def host_cpu() -> HostCPU:
+    """This machine's CPU (read once per process)."""
+    from tvm.target import codegen
+
+    info = _cpuinfo()
+    flags = set(info.get("flags", info.get("features", "")).split())
+    return HostCPU(
+        name=info.get("model name") or info.get("cpu model") or _platform_cpu(),
+        vendor=info.get("vendor_id", ""),
+        mcpu=str(codegen.llvm_get_system_cpu()),
+        cores=_usable_cores(),
+        isa=tuple(f for f in _ISA_FLAGS if f in flags),
+        cache_bytes=_caches(),
+        llvm_version=str(codegen.llvm_version_major()),
+    )
+
+
+def select_host(selector: str | int | None) -> HostCPU:
+    """The host CPU if ``selector`` names it (None, ``0``, ``host``, ``cpu`` or part of its name)."""
+    cpu = host_cpu()
+    text = "" if selector is None else str(selector).strip().lower()
+    if text in ("", *HOST_SELECTORS) or (not text.isdigit() and text in cpu.name.lower()):
+        return cpu
+    raise InvalidInputError(
+        f"no device {selector!r} for target llvm; accepted: host, cpu or 0 "
+        f"(the host CPU, {cpu.name})"
+    )
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's entries of /proc/cpuinfo (empty where there is none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return {}
+    out: dict[str, str] = {}
+    for line in text.split("\n\n")[0].splitlines():
+        key, sep, value = line.partition(":")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _platform_cpu() -> str:
+    import platform
+
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def _caches() -> tuple[tuple[int, int], ...]:
+    """Data and unified cache sizes of CPU 0, smallest level first (empty if unknown)."""
+    root = Path("/sys/devices/system/cpu/cpu0/cache")
+    out = []
+    for index in sorted(root.glob("index*")):
+        try:
+            kind = (index / "type").read_text().strip()
+            level = int((index / "level").read_text())
+            size = (index / "size").read_text().strip()
+        except (OSError, ValueError):
+            continue
+        m = re.fullmatch(r"(\d+)([KMG]?)", size)
+        if kind == "Instruction" or not m:
+            continue
+        scale = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}[m.group(2)]
+        out.append((level, int(m.group(1)) * scale))
+    return tuple(sorted(out))

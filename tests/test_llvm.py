@@ -1,0 +1,257 @@
+"""The llvm target: TVM's LLVM code generation for the host CPU, measured through TVM's
+runtime in the same killable worker; no OpenCL anywhere on this path."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autosched
+from autosched.errors import InvalidInputError
+from autosched.measure.build import build
+from autosched.measure.cpu import HostCPU, host_cpu
+from autosched.measure.device import select_device
+from autosched.measure.program import CpuProgram
+from autosched.measure.runner import TimingOptions
+from autosched.measure.worker import MeasureWorker
+from autosched.ops import workload
+from autosched.records.sqlite import SQLiteDatabase
+from autosched.space.config import Config
+from autosched.space.space import DeviceLimits, Space
+from tests.conftest import make_data
+
+FAST = TimingOptions(warmup=0, min_repeats=2, max_repeats=5, min_time_s=0.0)
+QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=30, min_time_s=0.02)
+OPENCL_LIMITS = DeviceLimits(max_work_group_size=256, max_work_item_size=256, local_mem_bytes=32768)
+
+
+@pytest.fixture(scope="module")
+def cpu() -> HostCPU:
+    return select_device(target="llvm")
+
+
+@pytest.fixture(scope="module")
+def worker(cpu):
+    with MeasureWorker(cpu, timeout_s=30) as w:
+        yield w
+
+
+def test_the_host_cpu_is_the_llvm_device_and_its_fingerprint_names_the_compilers(cpu):
+    import tvm
+
+    assert isinstance(cpu, HostCPU) and select_device("host", target="llvm") is cpu
+    fp = cpu.fingerprint("llvm")
+    assert fp["target"] == "llvm" and fp["name"] and fp["type"] == "cpu"
+    assert fp["mcpu"] == tvm.target.codegen.llvm_get_system_cpu()
+    assert fp["compute_units"] == len(os.sched_getaffinity(0)) == cpu.limits.cores
+    assert fp["llvm_version"] == str(tvm.target.codegen.llvm_version_major())
+    assert fp["tvm_version"] and fp["autosched_version"] == autosched.__version__
+    assert cpu.tvm_target() == {"kind": "llvm", "mcpu": fp["mcpu"], "num-cores": cpu.cores}
+    assert len(cpu.key()) == 16 and cpu.key() == host_cpu().key("llvm")
+    assert cpu.family() != cpu.key()
+    with pytest.raises(InvalidInputError, match="accepted: host"):
+        select_device("no-such-device", target="llvm")
+    with pytest.raises(InvalidInputError, match="accepted: llvm"):
+        cpu.fingerprint("opencl")
+    with pytest.raises(InvalidInputError, match="does not serve target 'opencl'"):
+        select_device(cpu, target="opencl")
+
+
+def test_llvm_space_has_cpu_knobs_and_describes_every_config(cpu):
+    wl = workload("matmul", M=512, N=512, K=512, epilogue="bias_relu")
+    space = Space(wl, target="llvm", limits=cpu.limits)
+    names = {k.name for k in space.knobs}
+    assert names == {
+        "tile.i",
+        "tile.j",
+        "tile.k",
+        "vec",
+        "reduce_at",
+        "tile_inner",
+        "stage.A",
+        "stage.B",
+        "fuse",
+    }
+    assert (1, 16) in space.knob("tile.i").choices and 16 in space.knob("vec").choices
+    assert set(space.knob("stage.B").choices) == {"global", "pack"}
+    default = space.default()
+    assert space.check(default) is None and space.threads(default) == 1
+    # The names that mean the same on OpenCL are all there, so one cost model serves both.
+    opencl = Space(wl, limits=OPENCL_LIMITS)
+    rng = np.random.default_rng(0)
+    configs = [default, *space.sample(rng, 50)]
+    for c in configs:
+        assert space.check(c) is None
+        feats = space.describe(c)
+        assert set(opencl.describe(opencl.default())) <= set(feats)
+        assert all(math.isfinite(v) for v in feats.values())
+    assert space.check(default.replace(vec=16)) is not None  # vec must divide the tile
+
+
+CONFIGS = {
+    "default": {},
+    "register_tile_packed_B": {
+        "tile.i": (2, 8),
+        "tile.j": (1, 32),
+        "tile.k": (8, 2),
+        "vec": 16,
+        "stage.B": "pack",
+    },
+    "block_order_both_packed": {
+        "tile.i": (2, 4),
+        "tile.j": (3, 32),
+        "tile.k": (16, 4),
+        "vec": 8,
+        "reduce_at": "block",
+        "tile_inner": "i",
+        "stage.A": "pack",
+        "stage.B": "pack",
+    },
+    "unfused_epilogue": {
+        "tile.i": (4, 16),
+        "tile.j": (2, 16),
+        "tile.k": (48, 4),
+        "vec": 16,
+        "fuse": False,
+    },
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+@pytest.mark.parametrize("epilogue", ["none", "bias_relu"])
+def test_llvm_kernels_compute_the_reference(cpu, worker, name, epilogue):
+    wl = workload("matmul", M=64, N=96, K=48, epilogue=epilogue)
+    space = Space(wl, target="llvm", limits=cpu.limits)
+    changes = dict(CONFIGS[name])
+    if epilogue == "none":
+        changes.pop("fuse", None)
+    config = space.default().replace(**changes)
+    assert space.check(config) is None
+    program = build(space, config)
+    assert isinstance(program, CpuProgram) and program.kind == "llvm"
+    assert program.target["mcpu"] == cpu.mcpu and program.library.startswith(b"\x7fELF")
+    unfused = epilogue != "none" and not config["fuse"]
+    assert [t.role for t in program.tensors][-1] == ("scratch" if unfused else "output")
+    outcome = worker.measure(program, make_data(wl), FAST)
+    assert outcome.status == "ok", outcome.error
+    assert len(outcome.latencies) >= 2 and all(t > 0 for t in outcome.latencies)
+
+
+def _script_program(func, tensors) -> CpuProgram:
+    import tvm
+
+    executable = tvm.compile(tvm.IRModule({"main": func}), target=host_cpu().tvm_target())
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "k.so"
+        executable.export_library(str(path))
+        return CpuProgram(library=path.read_bytes(), entry="main", tensors=tensors)
+
+
+def test_hanging_crashing_wrong_and_broken_llvm_kernels_are_classified(cpu):
+    from tvm.script import tirx as T
+
+    wl = workload("matmul", M=32, N=32, K=32)
+    space = Space(wl, target="llvm", limits=cpu.limits)
+    good = build(space, space.default())
+    data = make_data(wl)
+
+    @T.prim_func
+    def hang(
+        A: T.Buffer((32, 32), "float32"),
+        B: T.Buffer((32, 32), "float32"),
+        C: T.Buffer((32, 32), "float32"),
+    ):
+        while A[0, 0] < T.float32(1e30):
+            C[0, 1] = A[0, 0]
+
+    @T.prim_func
+    def crash(
+        A: T.Buffer((32, 32), "float32"),
+        B: T.Buffer((32, 32), "float32"),
+        C: T.Buffer((32, 32), "float32"),
+    ):
+        C[0, 1] = A[100000000, 0]
+
+    @T.prim_func
+    def wrong(
+        A: T.Buffer((32, 32), "float32"),
+        B: T.Buffer((32, 32), "float32"),
+        C: T.Buffer((32, 32), "float32"),
+    ):
+        for i, j in T.grid(32, 32):
+            C[i, j] = T.float32(1)
+
+    broken = CpuProgram(library=b"not a shared object", entry="main", tensors=good.tensors)
+    with MeasureWorker(cpu, timeout_s=5) as w:
+        assert w.measure(_script_program(hang, good.tensors), data, FAST).status == "timeout"
+        assert w.measure(good, data, FAST).status == "ok"  # a fresh worker took over
+        crashed = w.measure(_script_program(crash, good.tensors), data, FAST)
+        assert crashed.status == "run_error" and "crashed" in crashed.error, crashed
+        out = w.measure(_script_program(wrong, good.tensors), data, FAST)
+        assert out.status == "wrong_result" and "differ" in out.error
+        assert w.measure(broken, data, FAST).status == "build_error"
+        assert w.measure(good, data, FAST).status == "ok"
+
+
+def test_short_llvm_tune_beats_the_default_and_its_best_kernel_is_correct(tmp_path, cpu):
+    wl = autosched.workload("matmul", M=128, N=128, K=128, epilogue="bias_relu")
+    db = tmp_path / "records.db"
+    result = autosched.tune(
+        wl, trials=12, batch=6, target="llvm", db=db, seed=1, timing=QUICK, strategy="model"
+    )
+    assert result.target == "llvm" and result.device == cpu and result.trials == 12
+    assert result.best is not None and result.default is not None
+    assert result.speedup > 2.0, (result.best.gflops, result.default.gflops)
+    with SQLiteDatabase(db) as store:
+        best = store.best(wl.key, device_key=cpu.key(), target="llvm")[0]
+        assert best.device["mcpu"] == cpu.mcpu
+        assert not store.query(workload_key=wl.key, target="opencl")
+    program = build(Space(wl, target="llvm", limits=cpu.limits), Config.from_json(best.config))
+    with MeasureWorker(cpu) as w:
+        assert w.measure(program, make_data(wl, seed=7), QUICK).status == "ok"
+
+
+def test_cli_tunes_and_looks_up_on_llvm_without_opencl(tmp_path):
+    # A pyopencl that cannot be imported: the llvm path must never need it.
+    blocker = tmp_path / "block"
+    blocker.mkdir()
+    (blocker / "pyopencl.py").write_text("raise ImportError('OpenCL is blocked in this test')\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(blocker), *sys.path]))
+    common = ["--op", "matmul", "--shape", "64,64,64", "--target", "llvm"]
+    common += ["--db", str(tmp_path / "l.db")]
+    out = tmp_path / "t.json"
+    run = [sys.executable, "-m", "autosched"]
+    res = subprocess.run(
+        [*run, "tune", *common, "--trials", "4", "--batch", "2", "--strategy", "random"]
+        + ["--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert res.returncode == 0, res.stderr
+    data = json.loads(out.read_text())
+    assert data["target"] == "llvm" and data["trials"] == 4
+    assert data["best"]["gflops"] > 0 and data["device"]["mcpu"]
+    assert "GFLOP/s" in res.stdout
+    best = subprocess.run(
+        [*run, "best", *common, "--json", str(tmp_path / "b.json")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert best.returncode == 0, best.stderr
+    assert json.loads((tmp_path / "b.json").read_text())["best"]["config"] == data["best"]["config"]
+    bad = subprocess.run(
+        [*run, "tune", *common[:-4], "--target", "cuda"], capture_output=True, text=True, env=env
+    )
+    assert bad.returncode == 2 and "invalid choice: 'cuda'" in bad.stderr
