@@ -27,7 +27,11 @@ def _ops(expr, out: set[str]) -> None:
         child = getattr(expr, field, None)
         if child is None:
             continue
-        for c in child if isinstance(child, (list, tuple)) or type(child).__name__ == "Array" else [child]:
+        for c in (
+            child
+            if isinstance(child, (list, tuple)) or type(child).__name__ == "Array"
+            else [child]
+        ):
             if hasattr(c, "same_as"):  # a TVM node, not a plain value
                 _ops(c, out)
 

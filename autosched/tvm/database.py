@@ -1,0 +1,230 @@
+"""A MetaSchedule database backed by autosched's records, and a Relax build that uses it.
+
+``relax.transform.MetaScheduleApplyDatabase`` asks its database for a tuning record of
+each fused PrimFunc. :class:`RecordsDatabase` recognises the autosched workload the
+PrimFunc computes (:mod:`autosched.tvm.recognize`), looks up the config autosched's own
+``compile`` would use (exact record, other driver, nearest tuned shape), applies it to
+*that* PrimFunc with the tuner's schedule code, and returns the schedule's trace as a
+``TuningRecord``. Functions it does not recognise, or has no record for, are left to
+TVM's defaults. It is read-only: MetaSchedule cannot write into it.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from autosched.compiler import find_config
+from autosched.compiler.lookup import UNTUNED
+from autosched.errors import InvalidInputError
+from autosched.measure.device import select_device
+from autosched.ops import Workload
+from autosched.records.base import Database
+from autosched.space.config import Config
+from autosched.space.loopnest import analyze_prim_func
+from autosched.space.schedule import apply
+from autosched.space.space import DeviceLimits, Space
+from autosched.tvm.recognize import recognize
+
+log = logging.getLogger(__name__)
+
+
+def apply_to_prim_func(
+    func, workload: Workload, config: Config, *, target: str, limits: DeviceLimits
+):
+    """Schedule ``func`` (another front end's PrimFunc computing ``workload``) with ``config``.
+
+    Knob names refer to the workload's own axes and inputs; they are renamed, by
+    position, to ``func``'s. Returns the ``tvm.s_tir.Schedule`` (its trace replays it).
+    """
+    from tvm.s_tir import Schedule
+
+    space = Space(workload, target=target, limits=limits)
+    theirs = analyze_prim_func(func)
+    ours = space.nest
+    names = {a.name: b.name for a, b in zip(ours.axes, theirs.axes)}
+    names.update({a.buffer: b.buffer for a, b in zip(ours.inputs, theirs.inputs)})
+
+    def rename(key: str) -> str:
+        head, _, tail = key.partition(".")
+        return f"{head}.{names.get(tail, tail)}" if tail else key
+
+    translated = Config(
+        {rename(k): names.get(v, v) if isinstance(v, str) else v for k, v in config.items()}
+    )
+    foreign = copy.copy(space)
+    foreign.nest = theirs
+    foreign.knobs = tuple(foreign._make_knobs())
+    foreign._by_name = {k.name: k for k in foreign.knobs}
+    sch = Schedule(func)
+    apply(sch, foreign, translated)
+    return sch
+
+
+def _records_database_class():
+    """Defined lazily: importing MetaSchedule costs a second."""
+    from tvm.ir.utils import derived_object
+    from tvm.s_tir import meta_schedule as ms
+
+    @derived_object
+    class _RecordsDatabase(ms.database.PyDatabase):
+        def __init__(self, owner: RecordsDatabase) -> None:
+            super().__init__()
+            self.owner = owner
+
+        def has_workload(self, mod) -> bool:
+            return False
+
+        def commit_workload(self, mod):
+            raise InvalidInputError("autosched's records database is read-only for MetaSchedule")
+
+        def commit_tuning_record(self, record) -> None:
+            raise InvalidInputError("autosched's records database is read-only for MetaSchedule")
+
+        def get_top_k(self, workload, top_k: int) -> list:
+            return []
+
+        def get_all_tuning_records(self) -> list:
+            return []
+
+        def query_tuning_record(self, mod, target, workload_name):
+            return self.owner.tuning_record(mod, target, workload_name)
+
+        def __len__(self) -> int:
+            return 0
+
+    return _RecordsDatabase
+
+
+@dataclass
+class Applied:
+    """One PrimFunc that got an autosched schedule."""
+
+    function: str
+    workload: Workload
+    provenance: str
+    record_id: int | None
+    gflops: float | None
+
+
+class RecordsDatabase:
+    """autosched's records as a MetaSchedule database (use ``.ms_database`` with TVM).
+
+    Args:
+        target: ``"llvm"`` or ``"opencl"``; the records of that target are used.
+        device: device or selector, as for ``autosched.compile``.
+        db: the user's records database (a Database or an existing SQLite path).
+        shipped: also consult the shipped records.
+        untuned: also schedule recognised functions that have no record (with
+            ``Space.default()``); off by default, leaving them to TVM.
+    """
+
+    def __init__(
+        self,
+        *,
+        target: str = "llvm",
+        device: Any = None,
+        db: Database | str | os.PathLike[str] | None = None,
+        shipped: bool = True,
+        untuned: bool = False,
+    ) -> None:
+        self.target = target
+        self.device = select_device(device, target=target)
+        self.db = db
+        self.shipped = shipped
+        self.untuned = untuned
+        self.applied: list[Applied] = []
+        self.ms_database = _records_database_class()(self)
+
+    def tuning_record(self, mod, target, workload_name: str):
+        from tvm.s_tir import meta_schedule as ms
+
+        funcs = list(mod.functions.values())
+        if len(funcs) != 1:
+            return None
+        wl = recognize(funcs[0])
+        if wl is None:
+            log.info("%s: not an autosched workload; left to TVM", workload_name)
+            return None
+        found = find_config(
+            wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
+        )
+        if found.provenance == UNTUNED and not self.untuned:
+            log.warning("%s: %s has no record for this device; left to TVM", workload_name, wl)
+            return None
+        sch = apply_to_prim_func(
+            funcs[0], wl, found.config, target=self.target, limits=self.device.limits
+        )
+        rec = found.record
+        self.applied.append(
+            Applied(
+                workload_name,
+                wl,
+                found.provenance,
+                rec.id if rec else None,
+                rec.gflops if rec else None,
+            )
+        )
+        log.info(
+            "%s: %s scheduled from %s record %s",
+            workload_name,
+            wl,
+            found.provenance,
+            rec.id if rec else "-",
+        )
+        run_secs = [float(rec.latency_s)] if rec and rec.latency_s else None
+        return ms.database.TuningRecord(
+            sch.trace, ms.database.Workload(mod), run_secs=run_secs, target=target
+        )
+
+
+@dataclass
+class RelaxBuild:
+    """A built Relax module and what autosched contributed to it."""
+
+    executable: Any
+    module: Any  # the IRModule after the records were applied
+    applied: list[Applied] = field(default_factory=list)
+
+
+def build(
+    mod,
+    target: str = "llvm",
+    *,
+    db: Database | str | os.PathLike[str] | None = None,
+    device: Any = None,
+    shipped: bool = True,
+    untuned: bool = False,
+) -> RelaxBuild:
+    """Build a Relax module, applying autosched's tuned schedules to its fused PrimFuncs.
+
+    Runs Relax's legalisation and fusion (LegalizeOps, AnnotateTIROpPattern,
+    FoldConstant, FuseOps, FuseTIR), then ``MetaScheduleApplyDatabase`` with
+    :class:`RecordsDatabase`, then ``tvm.compile``.
+    """
+    import tvm
+    from tvm import relax
+
+    records = RecordsDatabase(target=target, device=device, db=db, shipped=shipped, untuned=untuned)
+    if target == "llvm":
+        tvm_target = tvm.target.Target(records.device.tvm_target())
+    else:
+        tvm_target = tvm.target.Target({"kind": "opencl"}).with_host(
+            tvm.target.Target({"kind": "llvm"})
+        )
+    mod = tvm.transform.Sequential(
+        [
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )(mod)
+    with tvm_target, records.ms_database:
+        mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+    executable = tvm.compile(mod, target=tvm_target)
+    return RelaxBuild(executable=executable, module=mod, applied=records.applied)
