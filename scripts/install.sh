@@ -7,8 +7,9 @@ cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 
 need_apt=()
+# g++: TVM links llvm-target kernels into shared libraries.
 # chromium: the report test renders the HTML report headless.
-for pkg in ocl-icd-libopencl1 pocl-opencl-icd chromium; do
+for pkg in ocl-icd-libopencl1 pocl-opencl-icd g++ chromium; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 if [ ${#need_apt[@]} -gt 0 ]; then
