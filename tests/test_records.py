@@ -3,7 +3,6 @@ plus the SQLite specifics: durability under SIGKILL, several writers, bad paths.
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 import signal
@@ -13,63 +12,13 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records import Database, Record
-from autosched.records.record import canonical_json
 from autosched.records.sqlite import SCHEMA_VERSION, SQLiteDatabase, default_db_path
-
-PLATFORM = "Portable Computing Language"
-
-
-def _hash(value: Any) -> str:
-    return hashlib.sha1(canonical_json(value).encode()).hexdigest()[:16]
-
-
-def make_record(
-    i: int = 0,
-    *,
-    op: str = "matmul",
-    m: int = 64,
-    device_name: str = "cpu",
-    driver: str = "3.1",
-    target: str = "opencl",
-    status: str = "ok",
-    latency: float | None = None,
-    run_id: str = "run-1",
-    timestamp: float | None = None,
-    config_key: str | None = None,
-) -> Record:
-    """A plausible measurement of config ``i`` of a matmul on a PoCL device."""
-    workload = {
-        "op": op,
-        "params": {"M": m, "N": 64, "K": 64, "epilogue": "none"},
-        "dtype": "float32",
-    }
-    device = {"platform": PLATFORM, "device": device_name, "driver_version": driver}
-    ok = status == "ok"
-    lat = latency if latency is not None else 1e-3 * (1 + i)
-    return Record(
-        workload_key=f"{op}-{_hash(workload)}",
-        workload=workload,
-        target=target,
-        device_key=_hash({"target": target, **device}),
-        device_family=_hash({"target": target, "platform": PLATFORM, "device": device_name}),
-        device=device,
-        config_key=config_key if config_key is not None else f"cfg-{i:04d}",
-        config={"tile_m": 4 * (i + 1), "vector": 16, "unroll_k": 2},
-        status=status,
-        error="" if ok else f"{status} of config {i}",
-        latencies=(lat * 0.99, lat, lat * 1.02) if ok else (),
-        latency_s=lat if ok else None,
-        spread=0.03 if ok else None,
-        gflops=2 * m * 64 * 64 / lat / 1e9 if ok else None,
-        timestamp=1.7e9 + i if timestamp is None else timestamp,
-        run_id=run_id,
-    )
+from tests.records_factory import make_record
 
 
 @pytest.fixture(params=["file", "memory"])

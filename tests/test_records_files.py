@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import io
 import json
 import math
@@ -26,53 +25,7 @@ from autosched.records.files import (
 )
 from autosched.records.record import STATUSES, Record, canonical_json
 from autosched.records.sqlite import SQLiteDatabase
-
-PLATFORM = "Portable Computing Language"
-
-
-def _hash(value: Any) -> str:
-    return hashlib.sha1(canonical_json(value).encode()).hexdigest()[:16]
-
-
-def make_record(
-    i: int = 0,
-    *,
-    op: str = "matmul",
-    m: int = 64,
-    device_name: str = "cpu",
-    driver: str = "3.1",
-    target: str = "opencl",
-    status: str = "ok",
-    latency: float | None = None,
-    run_id: str = "run-1",
-) -> Record:
-    """A plausible measurement of config ``i`` of a matmul on a PoCL device."""
-    workload = {
-        "op": op,
-        "params": {"M": m, "N": 64, "K": 64, "epilogue": "none"},
-        "dtype": "float32",
-    }
-    device = {"platform": PLATFORM, "device": device_name, "driver_version": driver}
-    ok = status == "ok"
-    lat = latency if latency is not None else 1e-3 * (1 + i)
-    return Record(
-        workload_key=f"{op}-{_hash(workload)}",
-        workload=workload,
-        target=target,
-        device_key=_hash({"target": target, **device}),
-        device_family=_hash({"target": target, "platform": PLATFORM, "device": device_name}),
-        device=device,
-        config_key=f"cfg-{i:04d}",
-        config={"tile_m": 4 * (i + 1), "vector": 16, "unroll_k": 2},
-        status=status,
-        error="" if ok else f"{status} of config {i}",
-        latencies=(lat * 0.99, lat, lat * 1.02) if ok else (),
-        latency_s=lat if ok else None,
-        spread=0.03 if ok else None,
-        gflops=2 * m * 64 * 64 / lat / 1e9 if ok else None,
-        timestamp=1.7e9 + i,
-        run_id=run_id,
-    )
+from tests.records_factory import make_record
 
 
 def sample_records() -> list[Record]:
