@@ -113,6 +113,37 @@ def _add(db: Database, records: Sequence[Record]) -> tuple[int, int]:
 
 
 # -- export ------------------------------------------------------------------------------
+
+
+def write_atomically(
+    out: str | os.PathLike[str], chunks: Iterable[str], *, what: str, hint: str
+) -> Path:
+    """Write ``chunks`` to ``out`` through a temporary file renamed into place.
+
+    A reader never sees half a file, and a failed write leaves no temporary behind.
+    The file gets the usual 0644 permissions (``mkstemp`` would leave 0600).
+
+    Raises:
+        RecordsError: naming the path, why, and ``hint``.
+    """
+    path = Path(out).expanduser()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+                handle.writelines(chunks)
+            os.chmod(tmp, 0o644)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+    except OSError as exc:
+        reason = (exc.strerror or str(exc)).lower()
+        raise RecordsError(f"cannot write {what} {path}: {reason}; {hint}") from None
+    return path
+
+
 def export_jsonl(
     db: Database,
     out: TextIO | PathLike,
@@ -138,22 +169,7 @@ def export_jsonl(
         for line in lines:
             out.write(line)
         return len(records)
-    path = Path(out).expanduser()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-                handle.writelines(lines)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as exc:
-        reason = (exc.strerror or str(exc)).lower()
-        raise RecordsError(
-            f"cannot write records file {path}: {reason}; pass a writable output path"
-        ) from None
+    path = write_atomically(out, lines, what="records file", hint="pass a writable output path")
     logger.info("exported %d records to %s", len(records), path)
     return len(records)
 

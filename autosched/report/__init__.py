@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import tempfile
 import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -42,8 +41,9 @@ import numpy as np
 
 from autosched.cost_model import DEFAULT_KIND, KINDS, feature_names, make_model, training_set
 from autosched.cost_model.model import MIN_OK
-from autosched.errors import AutoschedError, InvalidInputError, RecordsError
+from autosched.errors import AutoschedError, InvalidInputError
 from autosched.records.base import Database
+from autosched.records.files import write_atomically
 from autosched.records.record import OK, STATUSES, Record
 from autosched.space.space import DeviceLimits, Space
 
@@ -840,23 +840,7 @@ def write_report(db: Database | PathLike, out: PathLike, **options: Any) -> Path
         RecordsError: ``out`` cannot be written; and whatever :func:`build_report` raises.
     """
     text = build_report(db, **options)
-    path = Path(out).expanduser()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(text)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-    except OSError as exc:
-        reason = (exc.strerror or str(exc)).lower()
-        raise RecordsError(
-            f"cannot write report {path}: {reason}; pass a writable -o path"
-        ) from None
+    path = write_atomically(out, [text], what="report", hint="pass a writable -o path")
     log.info("wrote report of %d bytes to %s", len(text), path)
     return path
 
