@@ -128,3 +128,26 @@ def test_invalid_config_is_rejected_before_build(device):
     res = _build_task(wl.to_json(), bad.to_json(), device.limits, "opencl")
     assert res.status == "invalid" and "vec=16" in res.error and res.program is None
     assert Config.from_json(bad.to_json()) == bad
+
+
+def test_work_folders_of_killed_tuners_are_swept(device, tmp_path):
+    import os
+    import subprocess
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    # A folder owned by a process that no longer exists, as a SIGKILLed tuner leaves it.
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    stale = Path(tempfile.gettempdir()) / f"autosched-measure-{dead.stdout.strip()}-x"
+    stale.mkdir()
+    mine = Path(tempfile.gettempdir()) / f"autosched-measure-{os.getpid()}-keep"
+    mine.mkdir(exist_ok=True)
+    try:
+        with MeasureWorker(device):
+            assert not stale.exists()
+            assert mine.exists()
+    finally:
+        mine.rmdir()

@@ -16,6 +16,7 @@ import shutil
 import signal
 import tempfile
 import time
+from pathlib import Path
 
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
@@ -73,6 +74,27 @@ def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> 
                 conn.send(("result", RunOutcome(RUN_ERROR, f"runner: {type(exc).__name__}: {exc}")))
 
 
+_DIR_PREFIX = "autosched-measure-"
+
+
+def _sweep_stale_dirs() -> None:
+    """Remove work folders of tuners that were killed before they could clean up.
+
+    Folders are named after the owning process; one whose owner is gone is stale.
+    """
+    root = Path(tempfile.gettempdir())
+    for path in root.glob(f"{_DIR_PREFIX}*-*"):
+        pid = path.name[len(_DIR_PREFIX) :].split("-", 1)[0]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(path, ignore_errors=True)
+        except PermissionError:  # alive, another user's
+            pass
+
+
 class MeasureWorker:
     """Measures programs on ``device`` in a child process, one at a time.
 
@@ -89,7 +111,8 @@ class MeasureWorker:
         self._data_key: str | None = None
         # PoCL caches compiled kernels on disk; keep ours out of the user's cache. The
         # llvm runner writes each library here to load it.
-        self._cache_dir = tempfile.mkdtemp(prefix="autosched-measure-")
+        _sweep_stale_dirs()
+        self._cache_dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
         self.restarts = 0
 
     def _spec(self) -> tuple[tuple, dict[str, str]]:
