@@ -83,13 +83,7 @@ def _apply(sch, space: Space, config: Config) -> None:
             regs.append(ro)
         groups.append(g)
         threads.append(th)
-    red_outer, red_mid, red_inner = [], [], []
-    for ax in nest.reduction:
-        c, u = config[f"tile.{ax.name}"]
-        o, m, i = sch.split(by_axis[ax.name], [None, c // u, u])
-        red_outer.append(o)
-        red_mid.append(m)
-        red_inner.append(i)
+    red_outer, red_mid, red_inner = _split_reductions(sch, nest, config, by_axis)
     sch.reorder(*groups, *threads, *red_outer, *red_mid, *red_inner, *regs, vec_loop)
     bx = sch.fuse(*groups)
     tx = sch.fuse(*threads)
@@ -184,13 +178,7 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     # other operand's panel, which stays in L1 while this axis' operand streams.
     last = config["tile_inner"]
     mid_loops = [mids[a.name] for a in nest.spatial if a.name != last] + [mids[last]]
-    red_outer, red_mid, red_inner = [], [], []
-    for ax in nest.reduction:
-        c, u = config[f"tile.{ax.name}"]
-        o, mid, i = sch.split(by_axis[ax.name], [None, c // u, u])
-        red_outer.append(o)
-        red_mid.append(mid)
-        red_inner.append(i)
+    red_outer, red_mid, red_inner = _split_reductions(sch, nest, config, by_axis)
     block_order = bool(nest.reduction) and config["reduce_at"] == "block"
     if block_order:
         sch.reorder(*outer, *red_outer, *mid_loops, *red_mid, *red_inner, *regs, vec_loop)
@@ -280,3 +268,15 @@ def _schedule_elementwise_cpu(sch, block, vec: int) -> None:
     sch.parallel(outer)
     if v > 1:
         sch.vectorize(lanes)
+
+
+def _split_reductions(sch, nest, config: Config, by_axis: dict) -> tuple[list, list, list]:
+    """Each reduction axis split by its ``(chunk, unroll)`` knob into outer, mid, inner."""
+    outer, mid, inner = [], [], []
+    for ax in nest.reduction:
+        c, u = config[f"tile.{ax.name}"]
+        o, m, i = sch.split(by_axis[ax.name], [None, c // u, u])
+        outer.append(o)
+        mid.append(m)
+        inner.append(i)
+    return outer, mid, inner
