@@ -46,9 +46,7 @@ same loop nest:
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -350,18 +348,6 @@ class Space:
                 return c
         return None
 
-    def enumerate(self, limit: int | None = None) -> list[Config]:
-        """Valid configs in a fixed order (for small spaces and tests)."""
-        out = []
-        for values in itertools.product(*(k.choices for k in self.knobs)):
-            c = Config(dict(zip((k.name for k in self.knobs), values)))
-            if self.is_valid(c):
-                out.append(c)
-                if limit is not None and len(out) >= limit:
-                    break
-        return out
-
-    # -- description for the cost model -----------------------------------------------
     def describe(self, config: Config) -> dict[str, float]:
         """Derived quantities of a config: the cost model's hand-made features.
 
@@ -494,6 +480,3 @@ class Space:
             feats[f"stage_{acc.buffer}"] = 0.0
             feats[f"pack_{acc.buffer}"] = float(acc.buffer in packed)
         return feats
-
-    def validate_all(self, configs: Sequence[Config]) -> list[str | None]:
-        return [self.check(c) for c in configs]
