@@ -119,6 +119,8 @@ class _BoostedModel:
         min_ok: fewer successful records than this and the model keeps its prior.
     """
 
+    OBJECTIVES: tuple[str, ...] = ()  # accepted objectives, per library
+
     def __init__(
         self,
         *,
@@ -139,6 +141,13 @@ class _BoostedModel:
             raise InvalidInputError(f"n_jobs={n_jobs!r} is not valid; accepted: 1 or more threads")
         self.n_jobs = n_jobs
         self.min_ok = min_ok
+
+    def _checked_objective(self, objective: str) -> str:
+        if objective not in self.OBJECTIVES:
+            raise InvalidInputError(
+                f"objective {objective!r} is not valid; accepted: {', '.join(self.OBJECTIVES)}"
+            )
+        return objective
 
     def fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray | None = None) -> _BoostedModel:
         X, y, groups = _check_xy(X, y, groups)
@@ -196,12 +205,8 @@ class XGBoostModel(_BoostedModel):
     OBJECTIVES = ("reg:squarederror", "rank:pairwise", "rank:ndcg")
 
     def __init__(self, objective: str = "rank:pairwise", **kwargs: Any) -> None:
-        if objective not in self.OBJECTIVES:
-            raise InvalidInputError(
-                f"objective {objective!r} is not valid; accepted: {', '.join(self.OBJECTIVES)}"
-            )
         super().__init__(**kwargs)
-        self.objective = objective
+        self.objective = self._checked_objective(objective)
 
     def _fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> Any:
         import xgboost as xgb
@@ -236,12 +241,8 @@ class LightGBMModel(_BoostedModel):
     OBJECTIVES = ("regression", "lambdarank")
 
     def __init__(self, objective: str = "lambdarank", **kwargs: Any) -> None:
-        if objective not in self.OBJECTIVES:
-            raise InvalidInputError(
-                f"objective {objective!r} is not valid; accepted: {', '.join(self.OBJECTIVES)}"
-            )
         super().__init__(**kwargs)
-        self.objective = objective
+        self.objective = self._checked_objective(objective)
 
     def _fit(self, X: np.ndarray, y: np.ndarray, groups: np.ndarray) -> Any:
         import lightgbm as lgb
