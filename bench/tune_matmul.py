@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import tempfile
 import time
@@ -106,7 +107,7 @@ def main() -> None:
             "cpu": platform.processor() or platform.machine(),
             "device": device.name,
             "device_key": device.key(),
-            "cores": __import__("os").cpu_count(),
+            "cores": os.cpu_count(),
         },
         "workload": {"op": "matmul", "M": m, "N": n, "K": k},
         "results": rows,
