@@ -51,7 +51,7 @@ def build(space: Space, config: Config) -> Program:
     ((dev_target, dev_mod),) = device_mods.items()
     dev_mod = finalize_device()(dev_mod)
 
-    tensors = space.workload.tensor_specs(with_intermediates=not config.get("fuse", True))
+    tensors = space.workload.tensor_specs(scratch=space.scratch(config))
     names = [t.name for t in prim_func_tensors(space, config)]
     assert names == [t.name for t in tensors], (names, tensors)
     launches = []
@@ -78,7 +78,7 @@ def _build_cpu(space: Space, config: Config) -> CpuProgram:
     mod = schedule(space, config)
     target = host_cpu().tvm_target()
     executable = tvm.compile(mod, target=tvm.target.Target(target))
-    tensors = space.workload.tensor_specs(with_intermediates=not config.get("fuse", True))
+    tensors = space.workload.tensor_specs(scratch=space.scratch(config))
     names = [t.name for t in prim_func_tensors(space, config)]
     assert names == [t.name for t in tensors], (names, tensors)
     with tempfile.TemporaryDirectory(prefix="autosched-build-") as tmp:

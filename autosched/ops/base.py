@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,18 +32,20 @@ class TensorSpec:
 
 @dataclass(frozen=True)
 class Stages:
-    """The TE tensors of a workload, as the schedule space sees them.
+    """The TE tensors of a workload.
 
-    ``main`` is the stage whose loop nest is tiled (the reduction of a matmul or a
-    convolution); ``producers`` are injective stages before it that may be inlined
-    (padding); ``epilogue`` are elementwise stages after it that may be fused.
+    ``intermediates`` are the computed tensors that are not outputs, in compute order
+    (a convolution's padded input, a matmul's result before its epilogue, a softmax's
+    row maxima). The schedule decides whether each lives in registers or local memory
+    inside one kernel, or in global memory between two kernels (then it is a scratch
+    argument of the program). ``main``, when given, names the stage a contraction space
+    tiles, and is checked against what the loop-nest analysis finds.
     """
 
     inputs: tuple[te.Tensor, ...]
     outputs: tuple[te.Tensor, ...]
-    main: te.Tensor
-    producers: tuple[te.Tensor, ...] = ()
-    epilogue: tuple[te.Tensor, ...] = ()
+    intermediates: tuple[te.Tensor, ...] = ()
+    main: te.Tensor | None = None
 
 
 class Workload:
@@ -103,12 +106,13 @@ class Workload:
         return 1e-4, 1e-4
 
     # -- derived ----------------------------------------------------------------------
-    def tensor_specs(self, *, with_intermediates: bool = False) -> list[TensorSpec]:
-        """Kernel arguments in PrimFunc order: inputs, outputs, then intermediates."""
+    def tensor_specs(self, *, scratch: Iterable[str] = ()) -> list[TensorSpec]:
+        """Kernel arguments in PrimFunc order: inputs, outputs, then the intermediates
+        named in ``scratch`` (those a schedule keeps in global memory), in compute order."""
         st = self.stages()
         specs = [_spec(t, "input") for t in st.inputs] + [_spec(t, "output") for t in st.outputs]
-        if with_intermediates and st.epilogue:
-            specs.append(_spec(st.main, "scratch"))
+        wanted = set(scratch)
+        specs += [_spec(t, "scratch") for t in st.intermediates if t.op.name in wanted]
         return specs
 
 

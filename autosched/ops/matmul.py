@@ -64,7 +64,7 @@ class Matmul(Workload):
                 lambda i, j: te.max(C[i, j] + bias[j], te.const(0.0, self.dtype)),
                 name="D",
             )
-        return Stages(inputs=(A, B, bias), outputs=(D,), main=C, epilogue=(D,))
+        return Stages(inputs=(A, B, bias), outputs=(D,), intermediates=(C,), main=C)
 
     def flops(self) -> float:
         return 2.0 * self.M * self.N * self.K

@@ -20,15 +20,13 @@ if TYPE_CHECKING:
 def prim_func_tensors(space: Space, config: Config) -> list:
     """The TE tensors that become PrimFunc parameters, in order.
 
-    An unfused epilogue needs its input (the main stage's result) in global memory
-    between the two kernels, so it becomes an extra parameter: the runner allocates
-    it as scratch. Its order matches ``Workload.tensor_specs``.
+    An intermediate the schedule keeps in global memory between two kernels (an
+    unfused epilogue's input, say) becomes an extra parameter: the runner allocates it
+    as scratch. The order matches ``Workload.tensor_specs``.
     """
     st = space.workload.stages()
-    tensors = [*st.inputs, *st.outputs]
-    if st.epilogue and not config.get("fuse", True):
-        tensors.append(st.main)
-    return tensors
+    scratch = set(space.scratch(config))
+    return [*st.inputs, *st.outputs, *(t for t in st.intermediates if t.op.name in scratch)]
 
 
 def schedule(space: Space, config: Config) -> tvm.IRModule:

@@ -182,6 +182,12 @@ class Space:
         """Upper bound on the number of configs (before joint constraints)."""
         return math.prod(len(k.choices) for k in self.knobs)
 
+    def scratch(self, config: Config) -> tuple[str, ...]:
+        """Intermediates ``config`` keeps in global memory between kernels."""
+        if self.nest.epilogue and not config.get("fuse", True):
+            return (self.nest.output,)
+        return ()
+
     def threads(self, config: Config) -> int:
         """Work-items per work-group (OpenCL); 1 on llvm, where a task is one thread."""
         if self.target == "llvm":
