@@ -8,14 +8,20 @@ of the generated C. llvm: a shared library compiled for the host CPU, as bytes.
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
 from autosched.measure.program import CpuProgram, KernelLaunch, KernelProgram, Program
+from autosched.ops.base import TensorSpec
 from autosched.space.config import Config
 from autosched.space.schedule import prim_func_tensors, schedule
 from autosched.space.space import Space
+
+if TYPE_CHECKING:
+    import tvm
 
 
 @dataclass(frozen=True)
@@ -36,14 +42,40 @@ def build(space: Space, config: Config) -> Program:
     """
     if space.target == "llvm":
         return _build_cpu(space, config)
+    mod = schedule(space, config)
+    tensors = space.workload.tensor_specs(scratch=space.scratch(config))
+    names = [t.name for t in prim_func_tensors(space, config)]
+    assert names == [t.name for t in tensors], (names, tensors)
+    return opencl_program(mod, tensors)
+
+
+def opencl_program(
+    mod: tvm.IRModule, tensors: Sequence[TensorSpec], *, target: dict[str, Any] | None = None
+) -> KernelProgram:
+    """Lower a scheduled TIR module to OpenCL C plus its launch geometry.
+
+    ``mod`` holds one PrimFunc whose buffer parameters are named like ``tensors``
+    (TE placeholders and computes keep their names through ``create_prim_func``), in
+    any order; each kernel's arguments are mapped to ``tensors`` by name. The module
+    can come from autosched's own schedule or from elsewhere (MetaSchedule, say).
+
+    Args:
+        mod: a scheduled ``IRModule`` (threads bound, as OpenCL needs).
+        tensors: the program's arguments, in the order the runner allocates them.
+        target: the OpenCL target as a dict (default ``{"kind": "opencl"}``); the host
+            is always llvm.
+
+    Raises:
+        ScheduleError: the module lowers to no single device module, or a kernel takes
+            an argument that is not one of ``tensors``.
+    """
     import tvm
     from tvm.target import Target
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
-    mod = schedule(space, config)
-    target = Target({"kind": "opencl"})
-    mod = tvm.tirx.transform.BindTarget(target.with_host(Target({"kind": "llvm"})))(mod)
-    pipeline, _finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target)
+    target_obj = Target(dict(target or {"kind": "opencl"}))
+    mod = tvm.tirx.transform.BindTarget(target_obj.with_host(Target({"kind": "llvm"})))(mod)
+    pipeline, _finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target_obj)
     mod = pipeline(mod)
     _host, device_mods = split_host_device_mods(mod)
     if len(device_mods) != 1:
@@ -51,9 +83,7 @@ def build(space: Space, config: Config) -> Program:
     ((dev_target, dev_mod),) = device_mods.items()
     dev_mod = finalize_device()(dev_mod)
 
-    tensors = space.workload.tensor_specs(scratch=space.scratch(config))
-    names = [t.name for t in prim_func_tensors(space, config)]
-    assert names == [t.name for t in tensors], (names, tensors)
+    names = [t.name for t in tensors]
     launches = []
     funcs = sorted(dev_mod.functions.items(), key=lambda kv: _launch_order(kv[0].name_hint))
     for gv, func in funcs:
