@@ -62,6 +62,34 @@ class LoopNest:
         return tuple(a for a in self.axes if a.kind == "R")
 
 
+def classify(workload: Workload) -> str:
+    """``"contraction"`` or ``"rowwise"``: which space family fits ``workload``.
+
+    A contraction has one reduction and an input that several outputs read (an
+    axis of the output does not index it), so tiles can reuse what they load. Any
+    other nest (several reductions, none, or a reduction that reads each input
+    element for one output only) streams over rows.
+    """
+    return _classify_cached(workload.key, workload)
+
+
+@lru_cache(maxsize=256)
+def _classify_cached(key: str, workload: Workload) -> str:
+    from tvm import te
+
+    st = workload.stages()
+    try:
+        nest = analyze_prim_func(te.create_prim_func([*st.inputs, *st.outputs]))
+    except ScheduleError:
+        return "rowwise"
+    spatial = {a.name for a in nest.spatial}
+    for acc in nest.inputs:
+        used = {name for terms in acc.dims for name, _ in terms}
+        if spatial - used:
+            return "contraction"
+    return "rowwise"
+
+
 def analyze(workload: Workload) -> LoopNest:
     """The loop nest of ``workload``'s main stage (cached per workload key)."""
     return _analyze_cached(workload.key, workload)

@@ -1,47 +1,19 @@
-"""The schedule space of a workload on a target and device.
+"""The schedule space of a workload on a target and device: the shared machinery.
 
-Knobs for ``target="opencl"`` (all derived from the loop nest, see
-:mod:`autosched.space.loopnest`):
+A space is a set of knobs, each with a finite tuple of choices, and a validity check
+that couples them (device limits, divisibility). Which knobs exist is decided by the
+structure of the workload's loop nest, never by the operator's name; ``Space(...)``
+picks the family that fits it:
 
-* ``tile.<axis>`` for each spatial axis: ``(threads, reg)``. The axis is split into
-  ``[groups, threads, reg]``: work-groups, work-items per group, and a register tile
-  each work-item computes. ``threads == 1`` everywhere gives one work-item per group,
-  which is what PoCL's CPU device runs best.
-* ``tile.<axis>`` for each reduction axis: ``(chunk, unroll)``: the axis is split into
-  ``[outer, chunk / unroll, unroll]``; operands staged in local memory are loaded per
-  chunk, and the innermost ``unroll`` iterations are unrolled.
-* ``vec``: explicit vector width on the innermost spatial axis (``float16`` and
-  friends in the OpenCL C). Must divide that axis' register tile.
-* ``stage.<input>``: ``"global"`` (read directly) or ``"local"`` (staged per chunk in
-  local memory by the whole work-group).
-* ``fuse``: present when the workload has an epilogue; ``True`` computes it in the
-  main kernel from the register accumulators, ``False`` runs it as its own kernel.
+* :class:`~autosched.space.contraction.ContractionSpace`: one reduction whose inputs
+  are reused across outputs (matmul, batch matmul, dense, convolutions): multi-level
+  tiles, register accumulators, vectors, staging, fused producers and epilogues.
+* :class:`~autosched.space.rowwise.RowSpace`: stages that stream over the rows of a
+  matrix, with per-row reductions and elementwise maps and no reuse across rows
+  (softmax, layernorm, reductions, elementwise chains): row/column parallelism, how
+  each reduction is parallelised, and which stages share a kernel.
 
-Register accumulators are always used (``cache_write`` to local scope): there is no
-device on which accumulating through global memory wins.
-
-Knobs for ``target="llvm"`` (TVM's LLVM code generation for the host CPU), from the
-same loop nest:
-
-* ``tile.<axis>`` for each spatial axis: ``(mid, reg)``. The axis is split into
-  ``[outer, mid, reg]``; the outer loops of all spatial axes are fused into one
-  parallel loop (one task per block of ``mid * reg`` outputs per axis), the mid loops
-  walk the register tiles of a block, and each ``reg`` tile is held in registers.
-* ``tile.<axis>`` for each reduction axis: ``(chunk, unroll)``, as for OpenCL; the
-  chunk is the cache block of the reduction when ``reduce_at="block"``.
-* ``vec``: vector width of the innermost spatial axis (LLVM vector instructions).
-* ``reduce_at``: ``"tile"`` runs the whole reduction inside each register tile
-  (accumulators stay in registers, written once); ``"block"`` puts the reduction's
-  outer loop above the mid loops, so each chunk of the block's operands is reused by
-  every register tile while it is in cache (the accumulators of the block are kept in
-  a per-task buffer).
-* ``tile_inner``: the spatial axis whose mid loop is innermost; it decides which
-  operand panel stays in L1 while the other streams.
-* ``stage.<input>``: ``"global"`` (read in place) or ``"pack"`` (copied per task,
-  per chunk when ``reduce_at="block"``, into a contiguous buffer: the classic CPU
-  packing that turns strided rows into one stream and avoids cache-set conflicts).
-* ``fuse``: as for OpenCL; ``True`` applies the epilogue in the write-back of the
-  accumulators, ``False`` runs it as its own parallel loop.
+Sampling, mutation and crossover work on any family through the knobs and ``check``.
 """
 
 from __future__ import annotations
@@ -55,18 +27,10 @@ import numpy as np
 from autosched.errors import InvalidInputError
 from autosched.ops.base import Workload
 from autosched.space.config import Config
-from autosched.space.loopnest import LoopNest, analyze
 
 TARGETS = ("opencl", "llvm")
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 UNROLLS = (1, 2, 4, 8)
-MAX_REG_ELEMS = 256  # accumulators per work-item; past this every device spills
-MAX_REG_PER_AXIS = 64
-MAX_THREADS_PER_AXIS = 256
-MAX_CHUNK = 64
-MAX_CHUNK_CPU = 1024  # a CPU cache block of the reduction may be long
-STAGES_CPU = ("global", "pack")
-REDUCE_AT = ("tile", "block")
 
 
 @dataclass(frozen=True)
@@ -86,18 +50,29 @@ class Knob:
     choices: tuple[Any, ...]
 
 
-def _divisors(n: int) -> list[int]:
+def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
 
 
 class Space:
     """All schedules of one workload for one target and device.
 
+    ``Space(workload, target=..., limits=...)`` returns the family of space that fits
+    the workload's loop nest (see the module docstring).
+
     Args:
         workload: the operator instance.
         target: code generation target; one of :data:`TARGETS`.
         limits: the device's limits.
     """
+
+    nest: Any
+    family: str = ""
+
+    def __new__(cls, *args: Any, **kwargs: Any):
+        if cls is Space and (args or "workload" in kwargs):
+            cls = _family(args[0] if args else kwargs["workload"])
+        return super().__new__(cls)
 
     def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:
         if target not in TARGETS:
@@ -107,71 +82,36 @@ class Space:
         self.workload = workload
         self.target = target
         self.limits = limits
-        self.nest: LoopNest = analyze(workload)
+        self.nest = self._analyze()
         self.knobs: tuple[Knob, ...] = tuple(self._make_knobs())
         self._by_name = {k.name: k for k in self.knobs}
 
-    # -- construction ---------------------------------------------------------------
-    def _make_knobs(self) -> list[Knob]:
-        if self.target == "llvm":
-            return self._make_cpu_knobs()
-        knobs = []
-        for ax in self.nest.spatial:
-            pairs = [
-                (t, r)
-                for t in _divisors(ax.extent)
-                if t <= MAX_THREADS_PER_AXIS
-                for r in _divisors(ax.extent // t)
-                if r <= MAX_REG_PER_AXIS
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
-        for ax in self.nest.reduction:
-            pairs = [
-                (c, u)
-                for c in _divisors(ax.extent)
-                if c <= MAX_CHUNK
-                for u in UNROLLS
-                if c % u == 0
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
-        inner = self.nest.spatial[-1].extent
-        knobs.append(Knob("vec", tuple(v for v in VECTOR_WIDTHS if inner % v == 0)))
-        for acc in self.nest.inputs:
-            knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
-        if self.nest.epilogue:
-            knobs.append(Knob("fuse", (True, False)))
-        return knobs
+    # -- what a family provides -------------------------------------------------------
+    def _analyze(self) -> Any:
+        raise NotImplementedError
 
-    def _make_cpu_knobs(self) -> list[Knob]:
-        knobs = []
-        for ax in self.nest.spatial:
-            pairs = [
-                (m, r)
-                for r in _divisors(ax.extent)
-                if r <= MAX_REG_PER_AXIS
-                for m in _divisors(ax.extent // r)
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(sorted(pairs))))
-        for ax in self.nest.reduction:
-            pairs = [
-                (c, u)
-                for c in _divisors(ax.extent)
-                if c <= MAX_CHUNK_CPU
-                for u in UNROLLS
-                if c % u == 0
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
-        inner = self.nest.spatial[-1].extent
-        knobs.append(Knob("vec", tuple(v for v in VECTOR_WIDTHS if inner % v == 0)))
-        if self.nest.reduction:
-            knobs.append(Knob("reduce_at", REDUCE_AT))
-        knobs.append(Knob("tile_inner", tuple(a.name for a in self.nest.spatial)))
-        if self.nest.reduction:
-            for acc in self.nest.inputs:
-                knobs.append(Knob(f"stage.{acc.buffer}", STAGES_CPU))
-        if self.nest.epilogue:
-            knobs.append(Knob("fuse", (True, False)))
-        return knobs
+    def _make_knobs(self) -> list[Knob]:
+        raise NotImplementedError
+
+    def check(self, config: Config) -> str | None:
+        """Why ``config`` is not valid here, or None if it is."""
+        raise NotImplementedError
+
+    def default(self) -> Config:
+        """The untuned schedule."""
+        raise NotImplementedError
+
+    def describe(self, config: Config) -> dict[str, float]:
+        """Derived quantities of a config: the cost model's hand-made features."""
+        raise NotImplementedError
+
+    def scratch(self, config: Config) -> tuple[str, ...]:
+        """Intermediates ``config`` keeps in global memory between kernels."""
+        raise NotImplementedError
+
+    def apply(self, sch, config: Config) -> None:
+        """Apply ``config`` to the ``tvm.s_tir.Schedule`` of a function with ``nest``'s blocks."""
+        raise NotImplementedError
 
     # -- queries --------------------------------------------------------------------
     def knob(self, name: str) -> Knob:
@@ -182,141 +122,19 @@ class Space:
         """Upper bound on the number of configs (before joint constraints)."""
         return math.prod(len(k.choices) for k in self.knobs)
 
-    def scratch(self, config: Config) -> tuple[str, ...]:
-        """Intermediates ``config`` keeps in global memory between kernels."""
-        if self.nest.epilogue and not config.get("fuse", True):
-            return (self.nest.output,)
-        return ()
-
-    def threads(self, config: Config) -> int:
-        """Work-items per work-group (OpenCL); 1 on llvm, where a task is one thread."""
-        if self.target == "llvm":
-            return 1
-        return math.prod(config[f"tile.{a.name}"][0] for a in self.nest.spatial)
-
-    def reg_elems(self, config: Config) -> int:
-        return math.prod(config[f"tile.{a.name}"][1] for a in self.nest.spatial)
-
-    def groups(self, config: Config) -> int:
-        """Work-groups (OpenCL) or parallel tasks (llvm): the blocks the output is cut into."""
-        return math.prod(
-            a.extent // (config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1])
-            for a in self.nest.spatial
-        )
-
-    def group_tile(self, config: Config) -> dict[str, int]:
-        """Extent of each axis covered by one work-group (llvm: one task) per chunk of the
-        reduction."""
-        tile = {
-            a.name: config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1]
-            for a in self.nest.spatial
-        }
-        tile.update({a.name: config[f"tile.{a.name}"][0] for a in self.nest.reduction})
-        return tile
-
-    def local_mem_bytes(self, config: Config) -> int:
-        tile = self.group_tile(config)
-        itemsize = np.dtype(self.workload.dtype).itemsize
-        return sum(
-            acc.footprint(tile) * itemsize
-            for acc in self.nest.inputs
-            if config[f"stage.{acc.buffer}"] == "local"
-        )
-
-    def pack_bytes(self, config: Config) -> int:
-        """Bytes one llvm task copies into packed buffers each time it packs (0 on OpenCL)."""
-        if self.target != "llvm" or not self.nest.reduction:
-            return 0
-        tile = self.group_tile(config)
-        if config["reduce_at"] == "tile":  # packed once per task, for the whole reduction
-            tile.update({a.name: a.extent for a in self.nest.reduction})
-        itemsize = np.dtype(self.workload.dtype).itemsize
-        return sum(
-            acc.footprint(tile) * itemsize
-            for acc in self.nest.inputs
-            if config[f"stage.{acc.buffer}"] == "pack"
-        )
-
-    def check(self, config: Config) -> str | None:
-        """Why ``config`` is not valid here, or None if it is."""
+    def _check_knobs(self, config: Config) -> str | None:
+        """The part of ``check`` every family shares: the right knobs, known choices."""
         if set(config) != set(self._by_name):
             return f"knobs {sorted(config)} do not match the space's {sorted(self._by_name)}"
         for name, value in config.items():
             if value not in self._by_name[name].choices:
                 return f"{name}={value!r} is not one of the space's choices"
-        for ax in self.nest.spatial:
-            t, r = config[f"tile.{ax.name}"]
-            if ax.extent % (t * r):
-                return f"tile.{ax.name}={t}x{r} does not divide extent {ax.extent}"
-        if self.target == "llvm":
-            return self._check_cpu(config)
-        threads = self.threads(config)
-        if threads > min(self.limits.max_work_group_size, self.limits.max_work_item_size):
-            return f"work-group of {threads} work-items exceeds the device limit {self.limits.max_work_group_size}"
-        if self.reg_elems(config) > MAX_REG_ELEMS:
-            return f"register tile of {self.reg_elems(config)} accumulators exceeds {MAX_REG_ELEMS}"
-        inner = self.nest.spatial[-1]
-        if config[f"tile.{inner.name}"][1] % config["vec"]:
-            return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
-        local = self.local_mem_bytes(config)
-        if local > self.limits.local_mem_bytes:
-            return (
-                f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
-            )
-        return None
-
-    def _check_cpu(self, config: Config) -> str | None:
-        if self.reg_elems(config) > MAX_REG_ELEMS:
-            return f"register tile of {self.reg_elems(config)} accumulators exceeds {MAX_REG_ELEMS}"
-        inner = self.nest.spatial[-1]
-        if config[f"tile.{inner.name}"][1] % config["vec"]:
-            return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
         return None
 
     def is_valid(self, config: Config) -> bool:
         return self.check(config) is None
 
     # -- generation -----------------------------------------------------------------
-    def default(self) -> Config:
-        """The untuned schedule.
-
-        OpenCL: one output per work-item, 8x8-ish work-groups, no vectors. llvm: the
-        plain loop nest with its outputs spread over the cores, no tiles, no vectors.
-        """
-        if self.target == "llvm":
-            return self._default_cpu()
-        values: dict[str, Any] = {}
-        budget = 64
-        for ax in reversed(self.nest.spatial):
-            t = max(d for d in _divisors(ax.extent) if d <= min(8, budget))
-            budget //= t
-            values[f"tile.{ax.name}"] = (t, 1)
-        for ax in self.nest.reduction:
-            values[f"tile.{ax.name}"] = (1, 1)
-        values["vec"] = 1
-        for acc in self.nest.inputs:
-            values[f"stage.{acc.buffer}"] = "global"
-        if self.nest.epilogue:
-            values["fuse"] = True
-        config = Config(values)
-        reason = self.check(config)
-        if reason:  # only on a device with tiny limits
-            values.update({f"tile.{a.name}": (1, 1) for a in self.nest.spatial})
-            config = Config(values)
-        return config
-
-    def _default_cpu(self) -> Config:
-        values: dict[str, Any] = {f"tile.{a.name}": (1, 1) for a in self.nest.axes}
-        values["vec"] = 1
-        if self.nest.reduction:
-            values["reduce_at"] = "tile"
-            for acc in self.nest.inputs:
-                values[f"stage.{acc.buffer}"] = "global"
-        values["tile_inner"] = self.nest.spatial[-1].name
-        if self.nest.epilogue:
-            values["fuse"] = True
-        return Config(values)
-
     def sample(self, rng: np.random.Generator, n: int = 1, *, max_tries: int = 100) -> list[Config]:
         """Up to ``n`` distinct valid configs drawn uniformly per knob (rejection sampling)."""
         out: dict[str, Config] = {}
@@ -354,135 +172,14 @@ class Space:
                 return c
         return None
 
-    def describe(self, config: Config) -> dict[str, float]:
-        """Derived quantities of a config: the cost model's hand-made features.
 
-        Names are the same for every workload of an operator, so a model trained on
-        one shape can rank configs of another. On llvm the names that mean the same
-        thing are kept (a parallel task counts as a work-group of one work-item) and
-        the CPU knobs add their own.
-        """
-        if self.target == "llvm":
-            return self._describe_cpu(config)
-        itemsize = np.dtype(self.workload.dtype).itemsize
-        threads = self.threads(config)
-        reg = self.reg_elems(config)
-        groups = self.groups(config)
-        red = self.nest.reduction
-        chunk = math.prod(config[f"tile.{a.name}"][0] for a in red) if red else 1
-        unroll = math.prod(config[f"tile.{a.name}"][1] for a in red) if red else 1
-        red_total = math.prod(a.extent for a in red) if red else 1
-        # Per work-item, per reduction step: loads of each input for its register tile.
-        item_tile = {a.name: config[f"tile.{a.name}"][1] for a in self.nest.spatial}
-        item_loads = sum(acc.footprint(item_tile) for acc in self.nest.inputs)
-        staged = sum(config[f"stage.{acc.buffer}"] == "local" for acc in self.nest.inputs)
-        inner = self.nest.spatial[-1]
-        feats: dict[str, float] = {
-            "log_threads": math.log2(threads),
-            "log_groups": math.log2(groups),
-            "log_reg": math.log2(reg),
-            "log_vec": math.log2(config["vec"]),
-            "vec_regs": reg / config["vec"],
-            "log_chunk": math.log2(chunk),
-            "log_unroll": math.log2(unroll),
-            "log_red": math.log2(red_total),
-            "log_work_items": math.log2(threads * groups),
-            "item_loads_per_step": float(item_loads),
-            "intensity": reg / max(item_loads, 1),
-            "local_bytes": float(self.local_mem_bytes(config)),
-            "staged": float(staged),
-            "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
-            "inner_reg": float(config[f"tile.{inner.name}"][1]),
-            "inner_threads": float(config[f"tile.{inner.name}"][0]),
-            "group_footprint_kb": sum(
-                acc.footprint(self.group_tile(config)) for acc in self.nest.inputs
-            )
-            * itemsize
-            / 1024,
-            "unrolled_body": float(reg / config["vec"] * unroll),
-        }
-        for i, ax in enumerate(self.nest.spatial):
-            t, r = config[f"tile.{ax.name}"]
-            feats[f"s{i}_log_threads"] = math.log2(t)
-            feats[f"s{i}_log_reg"] = math.log2(r)
-            feats[f"s{i}_log_extent"] = math.log2(ax.extent)
-        for acc in self.nest.inputs:
-            feats[f"stage_{acc.buffer}"] = float(config[f"stage.{acc.buffer}"] == "local")
-        return feats
+def _family(workload: Workload) -> type[Space]:
+    from autosched.space.loopnest import classify
 
-    def _describe_cpu(self, config: Config) -> dict[str, float]:
-        itemsize = np.dtype(self.workload.dtype).itemsize
-        nest = self.nest
-        reg = self.reg_elems(config)
-        tasks = self.groups(config)
-        vec = config["vec"]
-        red = nest.reduction
-        chunk = math.prod(config[f"tile.{a.name}"][0] for a in red) if red else 1
-        unroll = math.prod(config[f"tile.{a.name}"][1] for a in red) if red else 1
-        red_total = math.prod(a.extent for a in red) if red else 1
-        block_order = bool(red) and config["reduce_at"] == "block"
-        item_tile = {a.name: config[f"tile.{a.name}"][1] for a in nest.spatial}
-        inner = nest.spatial[-1]
-        # Load instructions per reduction step of one register tile: an operand that runs
-        # contiguously along the vectorised axis is read a vector at a time; any other
-        # is read an element at a time (a broadcast). Against the reg / vec vector FMAs
-        # of the step this is the micro-kernel's real operand reuse.
-        item_loads = 0.0
-        for acc in nest.inputs:
-            elems = acc.footprint(item_tile)
-            contiguous = bool(acc.dims) and acc.dims[-1] == ((inner.name, 1),)
-            item_loads += elems / vec if contiguous else elems
-        # What one register tile streams per pass: its operands over a reduction chunk
-        # (block order) or over the whole reduction (tile order).
-        pass_tile = dict(item_tile)
-        pass_tile.update(
-            {a.name: config[f"tile.{a.name}"][0] if block_order else a.extent for a in red}
-        )
-        cores = max(1, self.limits.cores)
-        packed = [
-            acc.buffer for acc in nest.inputs if red and config[f"stage.{acc.buffer}"] == "pack"
-        ]
-        feats: dict[str, float] = {
-            "log_threads": 0.0,
-            "log_groups": math.log2(tasks),
-            "log_reg": math.log2(reg),
-            "log_vec": math.log2(vec),
-            "vec_regs": reg / vec,
-            "log_chunk": math.log2(chunk),
-            "log_unroll": math.log2(unroll),
-            "log_red": math.log2(red_total),
-            "log_work_items": math.log2(tasks),
-            "item_loads_per_step": item_loads,
-            "intensity": reg / vec / max(item_loads, 1.0),
-            "local_bytes": 0.0,
-            "staged": 0.0,
-            "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
-            "inner_reg": float(config[f"tile.{inner.name}"][1]),
-            "inner_threads": 1.0,
-            "group_footprint_kb": sum(acc.footprint(self.group_tile(config)) for acc in nest.inputs)
-            * itemsize
-            / 1024,
-            "unrolled_body": float(reg / vec * unroll),
-            "reduce_block": float(block_order),
-            "pass_footprint_kb": sum(acc.footprint(pass_tile) for acc in nest.inputs)
-            * itemsize
-            / 1024,
-            "packed": float(len(packed)),
-            "pack_kb": self.pack_bytes(config) / 1024,
-            "log_tasks_per_core": math.log2(tasks / cores),
-            "imbalance": math.ceil(tasks / cores) * cores / tasks,
-            "log_tiles_per_task": math.log2(
-                math.prod(config[f"tile.{a.name}"][0] for a in nest.spatial)
-            ),
-            "tile_inner_last": float(config["tile_inner"] == inner.name),
-        }
-        for i, ax in enumerate(nest.spatial):
-            m, r = config[f"tile.{ax.name}"]
-            feats[f"s{i}_log_threads"] = 0.0
-            feats[f"s{i}_log_reg"] = math.log2(r)
-            feats[f"s{i}_log_extent"] = math.log2(ax.extent)
-            feats[f"s{i}_log_mid"] = math.log2(m)
-        for acc in nest.inputs:
-            feats[f"stage_{acc.buffer}"] = 0.0
-            feats[f"pack_{acc.buffer}"] = float(acc.buffer in packed)
-        return feats
+    if classify(workload) == "contraction":
+        from autosched.space.contraction import ContractionSpace
+
+        return ContractionSpace
+    from autosched.space.rowwise import RowSpace
+
+    return RowSpace

@@ -1,0 +1,245 @@
+"""The contraction family's schedules: knob values -> ``tvm.s_tir.Schedule`` primitives.
+
+One function per target: :func:`_apply` builds the OpenCL kernel structure (work-groups,
+work-items, register tiles), :func:`_apply_cpu` the LLVM one (a parallel loop over
+blocks, register tiles walked inside each block, vector instructions, packing).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autosched.errors import ScheduleError
+from autosched.space.config import Config
+
+if TYPE_CHECKING:
+    from autosched.space.contraction import ContractionSpace as Space
+
+
+def apply_contraction(sch, space: Space, config: Config) -> None:
+    if space.target == "llvm":
+        _apply_cpu(sch, space, config)
+    else:
+        _apply(sch, space, config)
+
+
+def _apply(sch, space: Space, config: Config) -> None:
+    nest = space.nest
+    for name in nest.producers:
+        sch.compute_inline(sch.get_sblock(name))
+    block = sch.get_sblock(nest.main)
+    loops = sch.get_loops(block)
+    by_axis = dict(zip((a.name for a in nest.axes), loops))
+
+    groups, threads, regs = [], [], []
+    vec_loop = None
+    inner = nest.spatial[-1].name
+    vec = int(config["vec"])
+    for ax in nest.spatial:
+        t, r = config[f"tile.{ax.name}"]
+        if ax.name == inner:
+            g, th, ro, rv = sch.split(by_axis[ax.name], [None, t, r // vec, vec])
+            regs.append(ro)
+            vec_loop = rv
+        else:
+            g, th, ro = sch.split(by_axis[ax.name], [None, t, r])
+            regs.append(ro)
+        groups.append(g)
+        threads.append(th)
+    red_outer, red_mid, red_inner = _split_reductions(sch, nest, config, by_axis)
+    sch.reorder(*groups, *threads, *red_outer, *red_mid, *red_inner, *regs, vec_loop)
+    bx = sch.fuse(*groups)
+    tx = sch.fuse(*threads)
+    sch.bind(bx, "blockIdx.x")
+    sch.bind(tx, "threadIdx.x")
+    n_threads = space.threads(config)
+
+    # Stage inputs per reduction chunk, fetched cooperatively by the work-group.
+    if nest.reduction:
+        for acc in nest.inputs:
+            if config[f"stage.{acc.buffer}"] != "local":
+                continue
+            read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
+            cache = sch.cache_read(block, read_index, "shared")
+            sch.compute_at(cache, red_outer[-1])
+            # Loops above the copy: group, thread, then each reduction's outer loop.
+            copy_loops = sch.get_loops(cache)[2 + len(red_outer) :]
+            if not copy_loops:  # a single element per chunk: every work-item loads it
+                continue
+            fused = sch.fuse(*copy_loops)
+            _, ct = sch.split(fused, [None, n_threads])
+            sch.bind(ct, "threadIdx.x")
+
+    # Register accumulators, written back (with the epilogue when fused) per work-item.
+    acc_block = sch.cache_write(block, 0, "local")
+    sch.reverse_compute_at(acc_block, tx)
+    if nest.epilogue and config.get("fuse", True):
+        for name in nest.epilogue:
+            sch.reverse_compute_inline(sch.get_sblock(name))
+    # TVM drops unit loops, so the write-back nest may have fewer loops than axes; with
+    # vec > 1 the innermost axis has a tile of at least vec and is the last loop.
+    wb_loops = list(sch.get_loops(acc_block)[2:])
+    if vec > 1:
+        wb_o, wb_v = sch.split(wb_loops.pop(), [None, vec])
+        sch.vectorize(wb_v)
+        wb_loops.append(wb_o)
+    for lp in wb_loops:
+        sch.unroll(lp)
+
+    if nest.epilogue and not config.get("fuse", True):
+        for name in nest.epilogue:
+            _schedule_elementwise(sch, sch.get_sblock(name), space, vec)
+
+    if vec > 1:
+        sch.vectorize(vec_loop)
+    for lp in (*red_inner, *regs):
+        sch.unroll(lp)
+    if nest.reduction:
+        sch.decompose_reduction(block, red_outer[0])
+    elif vec_loop is None:
+        raise ScheduleError("no loop to vectorize")
+
+
+def _schedule_elementwise(sch, block, space: Space, vec: int) -> None:
+    """Its own kernel: one work-item per ``vec`` consecutive outputs, 64 per group."""
+    fused = sch.fuse(*sch.get_loops(block))
+    total = 1
+    for ax in space.nest.spatial:
+        total *= ax.extent
+    v = vec if total % vec == 0 else 1
+    per_group = 64
+    while total % (per_group * v):
+        per_group //= 2
+    g, t, inner = sch.split(fused, [None, per_group, v])
+    sch.bind(g, "blockIdx.x")
+    sch.bind(t, "threadIdx.x")
+    if v > 1:
+        sch.vectorize(inner)
+
+
+def _apply_cpu(sch, space: Space, config: Config) -> None:
+    nest = space.nest
+    for name in nest.producers:
+        sch.compute_inline(sch.get_sblock(name))
+    block = sch.get_sblock(nest.main)
+    by_axis = dict(zip((a.name for a in nest.axes), sch.get_loops(block)))
+    vec = int(config["vec"])
+    inner = nest.spatial[-1].name
+
+    outer, mids, regs = [], {}, []
+    vec_loop = None
+    for ax in nest.spatial:
+        m, r = config[f"tile.{ax.name}"]
+        if ax.name == inner:
+            o, mid, ro, vec_loop = sch.split(by_axis[ax.name], [None, m, r // vec, vec])
+        else:
+            o, mid, ro = sch.split(by_axis[ax.name], [None, m, r])
+        outer.append(o)
+        mids[ax.name] = mid
+        regs.append(ro)
+    # The chosen axis' mid loop goes innermost: the register tiles it walks share the
+    # other operand's panel, which stays in L1 while this axis' operand streams.
+    last = config["tile_inner"]
+    mid_loops = [mids[a.name] for a in nest.spatial if a.name != last] + [mids[last]]
+    red_outer, red_mid, red_inner = _split_reductions(sch, nest, config, by_axis)
+    block_order = bool(nest.reduction) and config["reduce_at"] == "block"
+    if block_order:
+        sch.reorder(*outer, *red_outer, *mid_loops, *red_mid, *red_inner, *regs, vec_loop)
+    else:
+        sch.reorder(*outer, *mid_loops, *red_outer, *red_mid, *red_inner, *regs, vec_loop)
+    par = sch.fuse(*outer)
+
+    # Packing: each task copies what it reads of an input (per reduction chunk in block
+    # order) into a contiguous buffer right above the loops that read it.
+    if nest.reduction:
+        anchor = red_outer[-1] if block_order else par
+        for acc in nest.inputs:
+            if config[f"stage.{acc.buffer}"] != "pack":
+                continue
+            read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
+            cache = sch.cache_read(block, read_index, "global")
+            sch.compute_at(cache, anchor)
+            _vectorize_innermost(sch, cache, vec)
+
+    # Accumulators: per register tile (in registers after LLVM's promotion) in tile
+    # order; per block in block order, since a block's reduction spans the mid loops.
+    if block_order:
+        acc_block = sch.cache_write(block, 0, "global")
+        sch.reverse_compute_at(acc_block, par)
+    else:
+        acc_block = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(acc_block, mid_loops[-1])
+    if nest.epilogue and config.get("fuse", True):
+        for name in nest.epilogue:
+            sch.reverse_compute_inline(sch.get_sblock(name))
+    wb_loops = _vectorize_innermost(sch, acc_block, vec)
+    if not block_order:  # a register tile's write-back is small: unroll it
+        for lp in wb_loops:
+            sch.unroll(lp)
+
+    if nest.epilogue and not config.get("fuse", True):
+        for name in nest.epilogue:
+            _schedule_elementwise_cpu(sch, sch.get_sblock(name), vec)
+
+    sch.parallel(par)
+    if vec > 1:
+        sch.vectorize(vec_loop)
+    for lp in (*red_inner, *regs):
+        sch.unroll(lp)
+    if nest.reduction:
+        sch.decompose_reduction(block, red_outer[0])
+
+
+def _vectorize_innermost(sch, block, vec: int) -> list:
+    """Vectorize the innermost loop of ``block``'s own nest by ``vec`` where it divides.
+
+    Returns the block's other own loops (below its compute-at anchor). TVM drops unit
+    loops, so a nest may have fewer loops than the block has axes.
+    """
+    anchor_depth = _anchor_depth(sch, block)
+    own = list(sch.get_loops(block))[anchor_depth:]
+    if not own:
+        return []
+    last = own.pop()
+    extent = int(sch.get(last).extent)
+    if vec > 1 and extent % vec == 0:
+        lo, lv = sch.split(last, [None, vec])
+        sch.vectorize(lv)
+        own.append(lo)
+    else:
+        own.append(last)
+    return own
+
+
+def _anchor_depth(sch, block) -> int:
+    """How many of ``block``'s loops enclose other blocks too (its compute-at anchor)."""
+    depth = 0
+    for lp in sch.get_loops(block):
+        if len(sch.get_child_blocks(lp)) > 1:
+            depth += 1
+        else:
+            break
+    return depth
+
+
+def _schedule_elementwise_cpu(sch, block, vec: int) -> None:
+    """Its own parallel loop, ``vec`` consecutive outputs per vector instruction."""
+    fused = sch.fuse(*sch.get_loops(block))
+    total = int(sch.get(fused).extent)
+    v = vec if total % vec == 0 else 1
+    outer, lanes = sch.split(fused, [None, v])
+    sch.parallel(outer)
+    if v > 1:
+        sch.vectorize(lanes)
+
+
+def _split_reductions(sch, nest, config: Config, by_axis: dict) -> tuple[list, list, list]:
+    """Each reduction axis split by its ``(chunk, unroll)`` knob into outer, mid, inner."""
+    outer, mid, inner = [], [], []
+    for ax in nest.reduction:
+        c, u = config[f"tile.{ax.name}"]
+        o, m, i = sch.split(by_axis[ax.name], [None, c // u, u])
+        outer.append(o)
+        mid.append(m)
+        inner.append(i)
+    return outer, mid, inner
