@@ -58,8 +58,17 @@ def gflops(flops: float, latencies) -> dict[str, float]:
     }
 
 
-def metaschedule(wl, *, trials: int, batch: int, seed: int) -> dict:
-    """Tune ``wl`` with TVM MetaSchedule on the host target; its best as a CpuProgram."""
+def metaschedule(
+    wl, *, trials: int, batch: int, seed: int, top: int = 1, measure_callbacks=()
+) -> dict:
+    """Tune ``wl`` with TVM MetaSchedule on the host target; its best as a CpuProgram.
+
+    Args:
+        top: also build the next best schedules: ``programs`` holds ``top`` pairs of
+            (CpuProgram, MetaSchedule's own GFLOP/s), best first.
+        measure_callbacks: added to MetaSchedule's default callbacks (bench/peers.py
+            records the trial order with one; the database keeps none).
+    """
     import tvm
     import tvm.s_tir.meta_schedule as ms
     from tvm import te
@@ -76,23 +85,41 @@ def metaschedule(wl, *, trials: int, batch: int, seed: int) -> dict:
             max_trials_global=trials,
             num_trials_per_iter=batch,
             seed=seed,
+            measure_callbacks=[
+                *ms.measure_callback.MeasureCallback.create("default"),
+                *measure_callbacks,
+            ],
         )
         wall = time.perf_counter() - start
         records = db.get_all_tuning_records()
-        sch = ms.tir_integration.compile_tir(db, mod, target)
-        executable = tvm.compile(sch.mod, target=target)
-        path = Path(work_dir) / "ms.so"
-        executable.export_library(str(path))
-        program = CpuProgram(
-            library=path.read_bytes(), entry="main", tensors=tuple(wl.tensor_specs())
-        )
+        programs = []
+        for rec in db.get_top_k(db.commit_workload(mod), top):
+            sch = tvm.s_tir.Schedule(rec.workload.mod)
+            rec.trace.apply_to_schedule(sch, remove_postproc=False)
+            executable = tvm.compile(sch.mod, target=target)
+            path = Path(work_dir) / f"ms-{len(programs)}.so"
+            executable.export_library(str(path))
+            program = CpuProgram(
+                library=path.read_bytes(), entry="main", tensors=tuple(wl.tensor_specs())
+            )
+            programs.append((program, _ms_gflops(wl, rec.run_secs)))
     # Its database keeps no trial order, so only the best of its own measurements.
-    best = 0.0
-    for r in records:
-        secs = [float(x) for x in (r.run_secs or [])]
-        if secs and all(s < 1e9 for s in secs):  # failed runs read 1e10 s
-            best = max(best, wl.flops() / float(np.mean(secs)) / 1e9)
-    return {"program": program, "wall_s": wall, "trials": len(records), "best_gflops": best}
+    best = max((_ms_gflops(wl, r.run_secs) for r in records), default=0.0)
+    return {
+        "program": programs[0][0],
+        "programs": programs,
+        "wall_s": wall,
+        "trials": len(records),
+        "best_gflops": best,
+    }
+
+
+def _ms_gflops(wl, run_secs) -> float:
+    """GFLOP/s of a MetaSchedule record; 0 for a failed run (those read 1e10 s)."""
+    secs = [float(x) for x in (run_secs or [])]
+    if secs and all(s < 1e9 for s in secs):
+        return wl.flops() / float(np.mean(secs)) / 1e9
+    return 0.0
 
 
 def side_by_side(
@@ -157,6 +184,7 @@ def main() -> None:
         if args.metaschedule:
             ms_info = metaschedule(wl, trials=args.trials, batch=args.batch, seed=seed)
             programs["metaschedule"] = ms_info.pop("program")
+            ms_info.pop("programs")
         final = side_by_side(wl, programs, data, a, b, rounds=args.rounds)
         row = {
             "seed": seed,

@@ -83,8 +83,8 @@ def test_kill_mid_run_then_rerun_resumes(tmp_path):
         "--shape",
         "96,64,64",
         "--trials",
-        "12",
-        "--batch",
+        "13",  # the default, then four whole batches: a loaded machine that lets the
+        "--batch",  # run finish before the kill still leaves 1 + 3n rows
         "3",
         "--strategy",
         "random",
@@ -115,13 +115,13 @@ def test_kill_mid_run_then_rerun_resumes(tmp_path):
     done = _cli(*cmd[3:], "--json", str(out))
     assert done.returncode == 0, done.stderr
     result = json.loads(out.read_text())
-    assert result["trials"] == 12
-    assert result["new_trials"] == 12 - before
+    assert result["trials"] == 13
+    assert result["new_trials"] == 13 - before
     with sqlite3.connect(db) as c:
         keys = [k for (k,) in c.execute("select config_key from records order by id")]
     # The search phase (before the finalists are re-measured) never repeats a config:
     # nothing the killed run measured was measured again.
-    assert len(set(keys[:12])) == 12
+    assert len(set(keys[:13])) == 13
 
 
 def test_tune_json_has_what_scripts_read(tmp_path):

@@ -10,9 +10,12 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from autosched.errors import AutoschedError, InvalidInputError
+
+if TYPE_CHECKING:
+    from autosched.ops import Workload
 
 log = logging.getLogger("autosched.cli")
 
@@ -22,54 +25,87 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def _accepted(cls: type[Workload]) -> str:
+    by_position = f", or {','.join(cls.positional)} by position" if cls.positional else ""
+    return f"accepted: {cls.describe_params()}{by_position}; e.g. --shape {cls.example}"
+
+
 def parse_shape(op: str, text: str) -> dict[str, Any]:
-    """``"512,512,512"`` or ``"M=512,N=512,K=512"`` -> keyword parameters of the op."""
+    """``--shape`` text -> keyword parameters of the op (defaults left to the op to fill).
+
+    Every op takes named parameters, ``n=1,c=64,h=56,...`` (names as ``autosched ops``
+    lists them, case-insensitive, so matmul takes ``M=`` or ``m=``); ops with
+    ``positional`` parameters also take bare values in that order (matmul ``512,512,512``).
+    Values are integers, except the op's string parameters (``epilogue``, ``layout``,
+    ``kind``, ``ops``). The op itself checks the values.
+
+    Raises:
+        InvalidInputError: an unknown op, or an unknown, missing, repeated or non-integer
+            parameter; the message lists the parameters the op accepts.
+    """
     from autosched.ops import OPS
 
-    if op not in OPS:
-        raise InvalidInputError(f"unknown op {op!r}; accepted: {', '.join(sorted(OPS))}")
-    positional = {"matmul": ("M", "N", "K")}[op]
-    accepted = f"{','.join(positional)} as positive integers, e.g. --shape 512,512,512 or M=512,N=512,K=512"
+    cls = OPS.get(op)
+    if cls is None:
+        raise InvalidInputError(f"unknown op {op!r}; accepted: {', '.join(OPS)}")
+    accepted = _accepted(cls)
     parts = [p.strip() for p in text.split(",") if p.strip()]
-    params: dict[str, Any] = {}
-    if parts and all("=" in p for p in parts):
-        names = {n.lower(): n for n in positional}
-        for p in parts:
-            name, _, value = p.partition("=")
-            if name.strip().lower() not in names:
+    named = [p for p in parts if "=" in p]
+    raw: dict[str, str] = {}
+    if parts and len(named) == len(parts):
+        canonical = {name.lower(): name for name in cls.shape_params}
+        for part in parts:
+            given, _, value = part.partition("=")
+            name = canonical.get(given.strip().lower())
+            if name is None:
                 raise InvalidInputError(
-                    f"--shape: unknown parameter {name!r} for {op}; accepted: {accepted}"
+                    f"--shape: unknown parameter {given.strip()!r} for {op}; {accepted}"
                 )
-            params[names[name.strip().lower()]] = value.strip()
-    elif len(parts) == len(positional) and not any("=" in p for p in parts):
-        params = dict(zip(positional, parts))
+            if name in raw:
+                raise InvalidInputError(f"--shape: {name} is given twice; {accepted}")
+            raw[name] = value.strip()
+    elif parts and not named and len(parts) == len(cls.positional):
+        raw = dict(zip(cls.positional, parts))
+    elif parts and not named and not cls.positional:
+        raise InvalidInputError(f"--shape {text!r}: {op} takes name=value parameters; {accepted}")
     else:
-        raise InvalidInputError(f"--shape {text!r} is malformed for {op}; accepted: {accepted}")
-    missing = [n for n in positional if n not in params]
+        raise InvalidInputError(f"--shape {text!r} is malformed for {op}; {accepted}")
+    missing = [n for n in cls.shape_params if n not in raw and n not in cls.defaults]
     if missing:
-        raise InvalidInputError(
-            f"--shape {text!r} lacks {', '.join(missing)}; accepted: {accepted}"
-        )
+        raise InvalidInputError(f"--shape {text!r} lacks {', '.join(missing)}; {accepted}")
     out: dict[str, Any] = {}
-    for name, value in params.items():
+    for name, value in raw.items():
+        if name in cls.choices:
+            out[name] = value
+            continue
         try:
-            number = int(value)
+            out[name] = int(value)
         except ValueError:
             raise InvalidInputError(
-                f"--shape: {name}={value!r} is not an integer; accepted: {accepted}"
+                f"--shape: {name}={value!r} is not an integer; {accepted}"
             ) from None
-        if number < 1:
-            raise InvalidInputError(
-                f"--shape: {name}={number} is not positive; accepted: {accepted}"
-            )
-        out[name] = number
     return out
 
 
-def _workload(args: argparse.Namespace):
-    from autosched.ops import workload
+def _workload(args: argparse.Namespace) -> Workload:
+    """The workload of ``--op``, ``--shape`` and ``--epilogue`` (matmul and dense)."""
+    from autosched.ops import OPS, workload
 
-    return workload(args.op, **parse_shape(args.op, args.shape), epilogue=args.epilogue)
+    params = parse_shape(args.op, args.shape)
+    epilogue = getattr(args, "epilogue", None)
+    if epilogue is not None and "epilogue" in OPS[args.op].shape_params:
+        if params.setdefault("epilogue", epilogue) != epilogue:
+            raise InvalidInputError(
+                f"--epilogue {epilogue} contradicts epilogue={params['epilogue']} in --shape; "
+                "accepted: one of them, or both the same"
+            )
+    elif epilogue not in (None, "none"):
+        takers = [op for op, cls in OPS.items() if "epilogue" in cls.shape_params]
+        raise InvalidInputError(
+            f"--epilogue {epilogue} does not apply to {args.op}; accepted: --epilogue for "
+            f"{', '.join(takers)} only"
+        )
+    return workload(args.op, **params)
 
 
 def _positive(text: str) -> int:
@@ -243,7 +279,68 @@ def cmd_best(args: argparse.Namespace) -> int:
     return 0
 
 
+def op_catalogue() -> list[dict[str, Any]]:
+    """What ``autosched ops`` shows, one entry per operator, as plain data."""
+    from autosched.ops import OPS
+
+    return [
+        {
+            "op": op,
+            "summary": cls.summary,
+            "parameters": list(cls.shape_params),
+            "required": [n for n in cls.shape_params if n not in cls.defaults],
+            "defaults": dict(cls.defaults),
+            "positional": list(cls.positional),
+            "choices": {name: list(values) for name, values in cls.choices.items()},
+            "chains": list(cls.chains),
+            "example": f"autosched tune --op {op} --shape {cls.example}",
+        }
+        for op, cls in OPS.items()
+    ]
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    catalogue = op_catalogue()
+    if args.json:
+        print(json.dumps(catalogue, indent=2))
+        return 0
+    for i, entry in enumerate(catalogue):
+        params = ", ".join(
+            f"{n}={entry['defaults'][n]}" if n in entry["defaults"] else n
+            for n in entry["parameters"]
+        )
+        if entry["positional"]:
+            params += f"   (or by position: {','.join(entry['positional'])})"
+        print(("\n" if i else "") + f"{entry['op']:<18}{entry['summary']}")
+        print(f"  {'parameters':<16}{params}")
+        for name, values in entry["choices"].items():
+            chained = "; a chain joined by +, e.g. add+relu" if name in entry["chains"] else ""
+            print(f"  {name:<16}{', '.join(values)}{chained}")
+        print(f"  {'example':<16}{entry['example']}")
+    return 0
+
+
 # -- parser ----------------------------------------------------------------------------
+
+
+def add_workload_args(p: argparse.ArgumentParser) -> None:
+    """``--op``, ``--shape`` and ``--epilogue``, as every workload command takes them."""
+    from autosched.ops import OPS
+
+    p.add_argument("--op", required=True, help=f"operator: {', '.join(OPS)} (see `autosched ops`)")
+    p.add_argument(
+        "--shape",
+        required=True,
+        help="the op's parameters as name=value, e.g. n=1,c=64,h=56,w=56,k=64,r=3,s=3,pad=1; "
+        "bare values in order for matmul (M,N,K), batch_matmul (b,m,n,k), softmax and "
+        "layernorm (rows,cols); `autosched ops` lists them",
+    )
+    p.add_argument(
+        "--epilogue",
+        default=None,
+        help="matmul: none, bias, bias_relu; dense: also bias_gelu (default none; dense "
+        "also takes epilogue= in --shape)",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,10 +359,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="PATH", help="also write the fingerprints as JSON")
     p.set_defaults(func=cmd_devices)
 
+    p = sub.add_parser(
+        "ops",
+        help="list the operators with their parameters, choices and an example",
+        description="List every operator --op accepts: its --shape parameters (with "
+        "defaults), the values of its string parameters, and an example command.",
+    )
+    p.add_argument("--json", action="store_true", help="print the list as JSON instead")
+    p.set_defaults(func=cmd_ops)
+
     def workload_args(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--op", required=True, help="operator: matmul")
-        p.add_argument("--shape", required=True, help="M,N,K (or M=..,N=..,K=..)")
-        p.add_argument("--epilogue", default="none", help="none, bias or bias_relu (default none)")
+        add_workload_args(p)
         p.add_argument(
             "--device",
             default=None,

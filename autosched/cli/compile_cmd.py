@@ -21,6 +21,8 @@ from autosched.space.space import TARGETS
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``compile`` command to the main CLI's sub-parsers."""
+    from autosched.cli import add_workload_args
+
     p = subparsers.add_parser(
         "compile",
         help="write a workload's best kernel (OpenCL source + manifest) into a directory",
@@ -28,9 +30,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "database, then the shipped records, then a nearby tuned shape, else the default "
         "schedule), build it and write kernel.cl (OpenCL; kernel.so for llvm) and manifest.json into OUT.",
     )
-    p.add_argument("--op", required=True, help="operator: matmul")
-    p.add_argument("--shape", required=True, help="M,N,K (or M=..,N=..,K=..)")
-    p.add_argument("--epilogue", default="none", help="none, bias or bias_relu (default none)")
+    add_workload_args(p)
     p.add_argument(
         "--target", default="opencl", help=f"one of {', '.join(TARGETS)} (default opencl)"
     )

@@ -58,12 +58,32 @@ class Workload:
     """
 
     op: str = ""
+    # What the CLI and ``autosched ops`` show; plain data, the same names the constructor takes.
+    summary: str = ""  # one line
+    shape_params: tuple[str, ...] = ()  # every parameter, in the order people write them
+    positional: tuple[str, ...] = ()  # accepted as a bare ``--shape 1,2,3`` (empty: named only)
+    defaults: dict[str, Any] = {}  # parameters that may be left out
+    choices: dict[str, tuple[str, ...]] = {}  # string parameters and their accepted values
+    chains: tuple[str, ...] = ()  # string parameters that are a ``+``-joined chain of choices
+    example: str = ""  # a ``--shape`` text
 
     def __init__(self, params: dict[str, Any], *, dtype: str = "float32") -> None:
         if dtype != "float32":
             raise InvalidInputError(f"dtype {dtype!r} is not supported; accepted: float32")
         self.params = dict(params)
         self.dtype = dtype
+
+    @classmethod
+    def describe_params(cls) -> str:
+        """The accepted parameters in one line, e.g. ``r, s, pad=0, layout=NCHW (NCHW|NHWC)``."""
+        shown = []
+        for name in cls.shape_params:
+            text = name if name not in cls.defaults else f"{name}={cls.defaults[name]}"
+            if name in cls.choices:
+                values = "|".join(cls.choices[name])
+                text += f" ({values} joined by +)" if name in cls.chains else f" ({values})"
+            shown.append(text)
+        return ", ".join(shown)
 
     # -- identity --------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

@@ -16,6 +16,12 @@ class Matmul(Workload):
     """``C[M, N] = A[M, K] @ B[K, N]``, then ``+ bias[N]`` and ``relu`` per the epilogue."""
 
     op = "matmul"
+    summary = "matrix multiplication C = A @ B, optional bias + relu"
+    shape_params = ("M", "N", "K", "epilogue")
+    positional = ("M", "N", "K")
+    defaults = {"epilogue": "none"}
+    choices = {"epilogue": EPILOGUES}
+    example = "M=512,N=512,K=512"
 
     def __init__(self, M: int, N: int, K: int, *, epilogue: str = "none", dtype: str = "float32"):
         for name, value in (("M", M), ("N", N), ("K", K)):
