@@ -391,6 +391,8 @@ def test_defaults_are_filled_and_stored():
     dw = workload("depthwise_conv2d", n=1, c=8, h=9, w=9, r=3, s=3)
     assert dw.params == dict(n=1, c=8, h=9, w=9, r=3, s=3, stride=1, pad=0, layout="NCHW")
     assert workload("dense", m=1, n=2, k=3).params["epilogue"] == "none"
+    numpy_ints = workload("conv2d", n=np.int64(1), c=8, h=9, w=9, k=8, r=3, s=3, pad=np.int32(0))
+    assert numpy_ints == short and type(numpy_ints.params["n"]) is int
     for op, cls in OPS.items():  # every op stores every parameter
         assert set(_from_example(op, cls.example).params) == set(cls.shape_params), op
 
@@ -463,13 +465,13 @@ DW = dict(n=1, c=4, h=8, w=8, r=3, s=3)
         ("conv9", {}, "unknown op 'conv9'; accepted: matmul, batch_matmul, dense, conv2d"),
         ("conv2d", {**CONV, "x": 1}, "unknown parameter 'x'; accepted: n, c, h, w, k, r, s"),
         ("conv2d", {"n": 1, "c": 4}, "missing parameter h, w, k, r, s; accepted: n, c,"),
-        ("conv2d", {**CONV, "n": 0}, "conv2d n=0 is not valid; accepted: a positive integer"),
-        ("conv2d", {**CONV, "h": 2.0}, "h=2.0 is not valid"),
-        ("conv2d", {**CONV, "k": True}, "k=True is not valid"),
-        ("conv2d", {**CONV, "stride": 0}, "stride=0 is not valid; accepted: a positive integer"),
-        ("conv2d", {**CONV, "dilation": 0}, "dilation=0 is not valid"),
-        ("conv2d", {**CONV, "pad": -1}, "pad=-1 is not valid; accepted: an integer >= 0"),
-        ("conv2d", {**CONV, "groups": 0}, "groups=0 is not valid"),
+        ("conv2d", {**CONV, "n": 0}, "conv2d n=0 is not positive; accepted: a positive integer"),
+        ("conv2d", {**CONV, "h": 2.0}, "h=2.0 is not an integer; accepted: a positive integer"),
+        ("conv2d", {**CONV, "k": True}, "k=True is not an integer"),
+        ("conv2d", {**CONV, "stride": 0}, "stride=0 is not positive; accepted: a positive integer"),
+        ("conv2d", {**CONV, "dilation": 0}, "dilation=0 is not positive"),
+        ("conv2d", {**CONV, "pad": -1}, "pad=-1 is negative; accepted: an integer >= 0"),
+        ("conv2d", {**CONV, "groups": 0}, "groups=0 is not positive"),
         ("conv2d", {**CONV, "groups": 3}, "c=4 is not divisible by groups=3"),
         ("conv2d", {**CONV, "k": 6, "groups": 4}, "k=6 is not divisible by groups=4"),
         ("conv2d", {**CONV, "layout": "NWHC"}, "layout='NWHC' is not valid; accepted: NCHW, NHWC"),
@@ -478,13 +480,13 @@ DW = dict(n=1, c=4, h=8, w=8, r=3, s=3)
         ("depthwise_conv2d", {**DW, "s": 9}, "accepted: w + 2*pad >= dilation*(s-1) + 1"),
         ("depthwise_conv2d", {**DW, "dilation": 2}, "unknown parameter 'dilation'"),
         ("depthwise_conv2d", {**DW, "layout": "nchw"}, "accepted: NCHW, NHWC"),
-        ("depthwise_conv2d", {**DW, "stride": -2}, "stride=-2 is not valid"),
+        ("depthwise_conv2d", {**DW, "stride": -2}, "stride=-2 is not positive"),
         ("dense", dict(m=1, n=2, k=3, epilogue="gelu"), "none, bias, bias_relu, bias_gelu"),
-        ("dense", dict(m=1, n=0, k=3), "dense n=0 is not valid"),
-        ("batch_matmul", dict(b=0, m=1, n=2, k=3), "batch_matmul b=0 is not valid"),
+        ("dense", dict(m=1, n=0, k=3), "dense n=0 is not positive"),
+        ("batch_matmul", dict(b=0, m=1, n=2, k=3), "batch_matmul b=0 is not positive"),
         ("batch_matmul", dict(m=1, n=2, k=3), "missing parameter b"),
-        ("softmax", dict(rows=0, cols=3), "softmax rows=0 is not valid"),
-        ("layernorm", dict(rows=2, cols="8"), "layernorm cols='8' is not valid"),
+        ("softmax", dict(rows=0, cols=3), "softmax rows=0 is not positive"),
+        ("layernorm", dict(rows=2, cols="8"), "layernorm cols='8' is not an integer"),
         (
             "reduce",
             dict(rows=2, cols=3, kind="mean"),
@@ -497,6 +499,7 @@ DW = dict(n=1, c=4, h=8, w=8, r=3, s=3)
         ("elementwise", dict(rows=2, cols=3, ops="add+tanh"), "'tanh' is not an operation"),
         ("elementwise", dict(rows=2, cols=3, ops=3), "ops=3 is not valid"),
         ("matmul", dict(M=1, N=2, K=3, epilogue="bias_gelu"), "accepted: none, bias, bias_relu"),
+        ("matmul", dict(M=1, N=-2, K=3), "matmul N=-2 is not positive"),
         ("softmax", dict(rows=2, cols=3, dtype="float16"), "accepted: float32"),
     ],
 )

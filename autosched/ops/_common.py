@@ -11,10 +11,13 @@ from autosched.errors import InvalidInputError
 
 
 def integer(op: str, name: str, value: Any, *, low: int = 1) -> int:
-    """``value`` as an int >= ``low``; bools and floats are refused."""
-    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < low:
-        accepted = "a positive integer" if low == 1 else f"an integer >= {low}"
-        raise InvalidInputError(f"{op} {name}={value!r} is not valid; accepted: {accepted}")
+    """``value`` as an int >= ``low`` (1 or 0); bools and floats are refused."""
+    accepted = "a positive integer" if low == 1 else f"an integer >= {low}"
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise InvalidInputError(f"{op} {name}={value!r} is not an integer; accepted: {accepted}")
+    if value < low:
+        what = "not positive" if low == 1 else "negative"
+        raise InvalidInputError(f"{op} {name}={value!r} is {what}; accepted: {accepted}")
     return int(value)
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from autosched.errors import InvalidInputError
+from autosched.ops._common import integer, one_of
 from autosched.ops.base import Stages, Workload
 
 EPILOGUES = ("none", "bias", "bias_relu")
@@ -24,16 +24,12 @@ class Matmul(Workload):
     example = "M=512,N=512,K=512"
 
     def __init__(self, M: int, N: int, K: int, *, epilogue: str = "none", dtype: str = "float32"):
-        for name, value in (("M", M), ("N", N), ("K", K)):
-            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-                raise InvalidInputError(
-                    f"matmul {name}={value!r} is not valid; accepted: a positive integer"
-                )
-        if epilogue not in EPILOGUES:
-            raise InvalidInputError(
-                f"epilogue {epilogue!r} is not valid; accepted: {', '.join(EPILOGUES)}"
-            )
-        params: dict[str, Any] = {"M": int(M), "N": int(N), "K": int(K), "epilogue": epilogue}
+        params: dict[str, Any] = {
+            "M": integer("matmul", "M", M),
+            "N": integer("matmul", "N", N),
+            "K": integer("matmul", "K", K),
+            "epilogue": one_of("matmul", "epilogue", epilogue, EPILOGUES),
+        }
         super().__init__(params, dtype=dtype)
 
     @property
