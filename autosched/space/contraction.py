@@ -18,6 +18,12 @@ Knobs for ``target="opencl"`` (all derived from the loop nest, see
   local memory by the whole work-group).
 * ``fuse``: present when the workload has an epilogue; ``True`` computes it in the
   main kernel from the register accumulators, ``False`` runs it as its own kernel.
+* ``fuse.<input>`` for each input of the main stage that a producer computes (a
+  convolution's zero padding): ``True`` fuses the producer into the main kernel
+  (inlined into the reads when the input is read from global memory; computed while
+  staging when it is staged in local memory, so the padded tile is built in local
+  memory straight from the unpadded data); ``False`` runs it as its own kernel that
+  writes the padded tensor to global memory.
 
 Register accumulators are always used (``cache_write`` to local scope): there is no
 device on which accumulating through global memory wins.
@@ -44,6 +50,8 @@ same loop nest:
   packing that turns strided rows into one stream and avoids cache-set conflicts).
 * ``fuse``: as for OpenCL; ``True`` applies the epilogue in the write-back of the
   accumulators, ``False`` runs it as its own parallel loop.
+* ``fuse.<input>``: as for OpenCL; a fused producer of a packed input is computed
+  into the packed buffer.
 """
 
 from __future__ import annotations
@@ -110,6 +118,8 @@ class ContractionSpace(Space):
             knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
         if self.nest.epilogue:
             knobs.append(Knob("fuse", (True, False)))
+        for name in self.nest.produced:
+            knobs.append(Knob(f"fuse.{name}", (True, False)))
         return knobs
 
     def _make_cpu_knobs(self) -> list[Knob]:
@@ -141,14 +151,17 @@ class ContractionSpace(Space):
                 knobs.append(Knob(f"stage.{acc.buffer}", STAGES_CPU))
         if self.nest.epilogue:
             knobs.append(Knob("fuse", (True, False)))
+        for name in self.nest.produced:
+            knobs.append(Knob(f"fuse.{name}", (True, False)))
         return knobs
 
     # -- queries --------------------------------------------------------------------
     def scratch(self, config: Config) -> tuple[str, ...]:
         """Intermediates ``config`` keeps in global memory between kernels."""
+        out = [name for name in self.nest.produced if not config[f"fuse.{name}"]]
         if self.nest.epilogue and not config.get("fuse", True):
-            return (self.nest.output,)
-        return ()
+            out.append(self.nest.output)
+        return tuple(out)
 
     def threads(self, config: Config) -> int:
         """Work-items per work-group (OpenCL); 1 on llvm, where a task is one thread."""
@@ -254,6 +267,8 @@ class ContractionSpace(Space):
             values[f"stage.{acc.buffer}"] = "global"
         if self.nest.epilogue:
             values["fuse"] = True
+        for name in self.nest.produced:
+            values[f"fuse.{name}"] = True
         config = Config(values)
         reason = self.check(config)
         if reason:  # only on a device with tiny limits
@@ -271,6 +286,8 @@ class ContractionSpace(Space):
         values["tile_inner"] = self.nest.spatial[-1].name
         if self.nest.epilogue:
             values["fuse"] = True
+        for name in self.nest.produced:
+            values[f"fuse.{name}"] = True
         return Config(values)
 
     def describe(self, config: Config) -> dict[str, float]:
@@ -311,6 +328,9 @@ class ContractionSpace(Space):
             "local_bytes": float(self.local_mem_bytes(config)),
             "staged": float(staged),
             "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
+            "producer_kernels": float(
+                len(self.nest.produced) - sum(bool(config[f"fuse.{n}"]) for n in self.nest.produced)
+            ),
             "inner_reg": float(config[f"tile.{inner.name}"][1]),
             "inner_threads": float(config[f"tile.{inner.name}"][0]),
             "group_footprint_kb": sum(
@@ -376,6 +396,9 @@ class ContractionSpace(Space):
             "local_bytes": 0.0,
             "staged": 0.0,
             "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
+            "producer_kernels": float(
+                len(self.nest.produced) - sum(bool(config[f"fuse.{n}"]) for n in self.nest.produced)
+            ),
             "inner_reg": float(config[f"tile.{inner.name}"][1]),
             "inner_threads": 1.0,
             "group_footprint_kb": sum(acc.footprint(self.group_tile(config)) for acc in nest.inputs)

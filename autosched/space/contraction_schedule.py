@@ -23,10 +23,52 @@ def apply_contraction(sch, space: Space, config: Config) -> None:
         _apply(sch, space, config)
 
 
+def _producer_blocks(sch, nest) -> dict[str, object]:
+    """The producer block of each input of the main block that one computes."""
+    out = {}
+    for name in nest.producers:
+        block = sch.get_sblock(name)
+        written = sch.get(block).writes[0].source.name
+        if written in nest.produced:
+            out[written] = block
+    return out
+
+
+def _place_producers(sch, nest, config: Config, staged: str) -> dict[str, object]:
+    """Inline every producer that is fused and not staged.
+
+    Returns the producers that are fused into staging (input buffer -> block): they
+    are computed at the staging point by the caller. Unfused producers stay blocks of
+    their own (their own kernel or loop; their output is a scratch argument).
+    """
+    produced = _producer_blocks(sch, nest)
+    into_staging = {}
+    for name in nest.producers:
+        block = sch.get_sblock(name)
+        buffer = sch.get(block).writes[0].source.name
+        if buffer not in produced:
+            sch.compute_inline(block)
+        elif config[f"fuse.{buffer}"]:
+            if config.get(f"stage.{buffer}") == staged:
+                into_staging[buffer] = block
+            else:
+                sch.compute_inline(block)
+    return into_staging
+
+
+def _unfused_producers(sch, nest, config: Config) -> list:
+    return [
+        sch.get_sblock(name)
+        for name in nest.producers
+        if sch.get(sch.get_sblock(name)).writes[0].source.name in nest.produced
+        and not config[f"fuse.{sch.get(sch.get_sblock(name)).writes[0].source.name}"]
+    ]
+
+
 def _apply(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    for name in nest.producers:
-        sch.compute_inline(sch.get_sblock(name))
+    separate = _unfused_producers(sch, nest, config)
+    into_staging = _place_producers(sch, nest, config, "local")
     block = sch.get_sblock(nest.main)
     loops = sch.get_loops(block)
     by_axis = dict(zip((a.name for a in nest.axes), loops))
@@ -59,8 +101,12 @@ def _apply(sch, space: Space, config: Config) -> None:
         for acc in nest.inputs:
             if config[f"stage.{acc.buffer}"] != "local":
                 continue
-            read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
-            cache = sch.cache_read(block, read_index, "shared")
+            if acc.buffer in into_staging:  # the producer computes the staged tile itself
+                cache = into_staging[acc.buffer]
+                sch.set_scope(cache, 0, "shared")
+            else:
+                read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
+                cache = sch.cache_read(block, read_index, "shared")
             sch.compute_at(cache, red_outer[-1])
             # Loops above the copy: group, thread, then each reduction's outer loop.
             copy_loops = sch.get_loops(cache)[2 + len(red_outer) :]
@@ -88,7 +134,9 @@ def _apply(sch, space: Space, config: Config) -> None:
 
     if nest.epilogue and not config.get("fuse", True):
         for name in nest.epilogue:
-            _schedule_elementwise(sch, sch.get_sblock(name), space, vec)
+            _schedule_elementwise(sch, sch.get_sblock(name), vec)
+    for producer in separate:
+        _schedule_elementwise(sch, producer, vec)
 
     if vec > 1:
         sch.vectorize(vec_loop)
@@ -100,12 +148,10 @@ def _apply(sch, space: Space, config: Config) -> None:
         raise ScheduleError("no loop to vectorize")
 
 
-def _schedule_elementwise(sch, block, space: Space, vec: int) -> None:
+def _schedule_elementwise(sch, block, vec: int) -> None:
     """Its own kernel: one work-item per ``vec`` consecutive outputs, 64 per group."""
     fused = sch.fuse(*sch.get_loops(block))
-    total = 1
-    for ax in space.nest.spatial:
-        total *= ax.extent
+    total = int(sch.get(fused).extent)
     v = vec if total % vec == 0 else 1
     per_group = 64
     while total % (per_group * v):
@@ -119,8 +165,8 @@ def _schedule_elementwise(sch, block, space: Space, vec: int) -> None:
 
 def _apply_cpu(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    for name in nest.producers:
-        sch.compute_inline(sch.get_sblock(name))
+    separate = _unfused_producers(sch, nest, config)
+    into_staging = _place_producers(sch, nest, config, "pack")
     block = sch.get_sblock(nest.main)
     by_axis = dict(zip((a.name for a in nest.axes), sch.get_loops(block)))
     vec = int(config["vec"])
@@ -156,8 +202,11 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
         for acc in nest.inputs:
             if config[f"stage.{acc.buffer}"] != "pack":
                 continue
-            read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
-            cache = sch.cache_read(block, read_index, "global")
+            if acc.buffer in into_staging:  # the producer writes the packed buffer itself
+                cache = into_staging[acc.buffer]
+            else:
+                read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
+                cache = sch.cache_read(block, read_index, "global")
             sch.compute_at(cache, anchor)
             _vectorize_innermost(sch, cache, vec)
 
@@ -180,6 +229,8 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     if nest.epilogue and not config.get("fuse", True):
         for name in nest.epilogue:
             _schedule_elementwise_cpu(sch, sch.get_sblock(name), vec)
+    for producer in separate:
+        _schedule_elementwise_cpu(sch, producer, vec)
 
     sch.parallel(par)
     if vec > 1:

@@ -50,8 +50,9 @@ class LoopNest:
     axes: tuple[Axis, ...]  # in loop order: spatial first, then reduction
     inputs: tuple[Access, ...]
     output: str
-    producers: tuple[str, ...]
-    epilogue: tuple[str, ...]
+    producers: tuple[str, ...]  # blocks before the main one
+    epilogue: tuple[str, ...]  # blocks after it
+    produced: tuple[str, ...] = ()  # inputs of the main block that a producer computes
 
     @property
     def spatial(self) -> tuple[Axis, ...]:
@@ -148,6 +149,7 @@ def analyze_prim_func(func) -> LoopNest:
             dims.append(terms)
             extents.append(int(rng.extent))
         inputs.append(Access(buf, tuple(dims), tuple(extents)))
+    written = {w.source.name for b in blocks[:at] for w in b.writes}
     return LoopNest(
         main=block.name_hint,
         axes=tuple(sorted(axes, key=lambda a: a.kind == "R")),
@@ -155,6 +157,7 @@ def analyze_prim_func(func) -> LoopNest:
         output=output,
         producers=tuple(b.name_hint for b in blocks[:at]),
         epilogue=tuple(b.name_hint for b in blocks[at + 1 :]),
+        produced=tuple(acc.buffer for acc in inputs if acc.buffer in written),
     )
 
 
