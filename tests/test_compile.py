@@ -395,6 +395,22 @@ def test_compile_command_untuned_manifest(tmp_path):
     np.testing.assert_array_equal(_launch_from_files(out, {"A": a, "B": b})["C"], b)
 
 
+def test_compile_command_serves_a_padded_conv2d(tmp_path):
+    wl = autosched.workload("conv2d", n=1, c=4, h=8, w=8, k=8, r=3, s=3, pad=1)
+    out = tmp_path / "conv"
+    res = _cli(
+        "compile", "--op", "conv2d", "--shape", "n=1,c=4,h=8,w=8,k=8,r=3,s=3,pad=1",
+        "--no-shipped", "-o", str(out), env_home=tmp_path,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["workload"] == wl.to_json() and manifest["provenance"] == "untuned"
+    inputs = wl.make_inputs(np.random.default_rng(4))
+    got = _launch_from_files(out, inputs)
+    rtol, atol = wl.tolerance()
+    np.testing.assert_allclose(got["conv2d"], wl.reference(inputs)["conv2d"], rtol=rtol, atol=atol)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -8,9 +8,11 @@ at the same step, never across steps):
    hardware, driver, compilers and library versions);
 2. ``driver_mismatch``: the fastest ok record of this workload on the same device
    family (same hardware) measured under other driver or library versions;
-3. ``nearest_shape``: the tuned workload of the same op, dtype and options (epilogue)
-   on this device family whose shapes are nearest in log-shape space; its config is
-   adapted to the new shapes (:func:`adapt_config`) and checked against this device;
+3. ``nearest_shape``: the tuned workload of the same op, dtype and options (the
+   parameters its op class lists in ``defaults`` or ``choices``: epilogue, layout,
+   stride, padding, dilation, groups, reduction kind, elementwise chain) on this device
+   family whose shape dimensions are nearest in log-shape space; its config is adapted
+   to the new shapes (:func:`adapt_config`) and checked against this device;
 4. ``untuned``: ``Space.default()``.
 
 Steps 2 to 4 log a warning: the kernel they give was not measured as it will run.
@@ -235,18 +237,39 @@ def _describe(workload_json: Mapping[str, Any]) -> str:
 # -- step 3: nearest tuned shape ------------------------------------------------------------
 
 
-def _shape_of(workload_json: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
-    """(integer shape parameters, every other option incl. dtype) of a workload."""
+def shape_and_options(workload_json: Mapping[str, Any]) -> tuple[dict[str, int], dict[str, Any]]:
+    """(shape dimensions, options incl. dtype) of a workload, split by its op's metadata.
+
+    The parameters an op lists in ``defaults`` or ``choices`` (epilogue, layout, kind,
+    ops, stride, pad, dilation, groups) are options: a record serves another shape only
+    when they are all equal, since a config of a stride-2 or NHWC convolution says
+    nothing about a stride-1 or NCHW one. The remaining integer parameters are shape
+    dimensions, compared in log space. An option left out of the JSON takes its default.
+    """
+    from autosched.ops import OPS
+
     params = workload_json.get("params", {})
-    shape = {k: int(v) for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)}
-    options = {k: v for k, v in params.items() if k not in shape}
+    cls = OPS.get(str(workload_json.get("op", "")))
+    option_names = set(cls.defaults) | set(cls.choices) if cls is not None else set()
+    shape: dict[str, int] = {}
+    options: dict[str, Any] = {
+        name: cls.defaults[name] for name in option_names if cls and name in cls.defaults
+    }
+    for name, value in params.items():
+        if name not in option_names and isinstance(value, int) and not isinstance(value, bool):
+            shape[name] = int(value)
+        else:
+            options[name] = value
     options["__dtype"] = workload_json.get("dtype", "float32")
     return shape, options
 
 
 def shape_distance(a: Mapping[str, int], b: Mapping[str, int]) -> float:
-    """Euclidean distance of two shapes in log space (natural log), inf if incomparable."""
-    if set(a) != set(b):
+    """Euclidean distance of two shapes in log space (natural log), inf if incomparable.
+
+    Incomparable: different dimension names, or a dimension that is not positive.
+    """
+    if set(a) != set(b) or any(v <= 0 for v in (*a.values(), *b.values())):
         return math.inf
     return math.sqrt(sum((math.log(a[k]) - math.log(b[k])) ** 2 for k in a))
 
@@ -256,14 +279,14 @@ def _nearest(
 ) -> tuple[Config, Record, float] | None:
     wl = space.workload
     own_key = wl.key
-    shape, options = _shape_of(wl.to_json())
+    shape, options = shape_and_options(wl.to_json())
     ranked = []
     for key, workload_json in _tuned_workloads(
         source.db, op=wl.op, family=family, target=space.target
     ):
         if key == own_key:
             continue
-        other_shape, other_options = _shape_of(workload_json)
+        other_shape, other_options = shape_and_options(workload_json)
         if other_options != options:
             continue
         distance = shape_distance(shape, other_shape)
