@@ -5,6 +5,6 @@
 >>> vm = tvm.relax.VirtualMachine(ex.executable, tvm.cpu())             # doctest: +SKIP
 """
 
-from autosched.tvm.database import RecordsDatabase, apply_to_prim_func, build
+from autosched.tvm.database import RecordsDatabase, apply_to_prim_func, build, legalize_and_fuse
 
-__all__ = ["RecordsDatabase", "apply_to_prim_func", "build"]
+__all__ = ["RecordsDatabase", "apply_to_prim_func", "build", "legalize_and_fuse"]

@@ -19,15 +19,14 @@ from typing import Any
 
 from autosched.compiler import find_config
 from autosched.compiler.lookup import UNTUNED
-from autosched.errors import InvalidInputError
+from autosched.errors import InvalidInputError, ScheduleError
 from autosched.measure.device import select_device
 from autosched.ops import Workload
 from autosched.records.base import Database
 from autosched.space.config import Config
-from autosched.space.loopnest import analyze_prim_func
 from autosched.space.schedule import apply
 from autosched.space.space import DeviceLimits, Space
-from autosched.tvm.recognize import recognize
+from autosched.tvm.recognize import normalized, recognize
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +36,28 @@ def apply_to_prim_func(
 ):
     """Schedule ``func`` (another front end's PrimFunc computing ``workload``) with ``config``.
 
-    Knob names refer to the workload's own axes and inputs; they are renamed, by
-    position, to ``func``'s. Returns the ``tvm.s_tir.Schedule`` (its trace replays it).
-    """
-    from tvm.s_tir import Schedule
+    Plain copies in ``func`` are inlined first (see
+    :func:`autosched.tvm.recognize.inline_copies`). Knob names refer to the workload's own
+    axes and inputs (``tile.<axis>``, ``stage.<input>``, ``fuse.<input>``) and so do
+    knob values that name an axis (``tile_inner``); they are renamed, by position, to
+    ``func``'s. Returns the ``tvm.s_tir.Schedule`` (its trace replays it).
 
+    Raises:
+        ScheduleError: ``func``'s loop nest does not have the workload's structure, or
+            TVM rejects the schedule.
+    """
     space = Space(workload, target=target, limits=limits)
-    theirs = analyze_prim_func(func)
+    if space.family != "contraction":
+        raise ScheduleError(
+            f"{workload}: only contractions are applied to foreign PrimFuncs, not "
+            f"{space.family} workloads"
+        )
+    sch, theirs = normalized(func)
     ours = space.nest
+    if [(a.kind, a.extent) for a in ours.axes] != [(a.kind, a.extent) for a in theirs.axes] or (
+        len(ours.inputs) != len(theirs.inputs) or len(ours.produced) != len(theirs.produced)
+    ):
+        raise ScheduleError(f"the PrimFunc's loop nest is not the one of {workload}")
     names = {a.name: b.name for a, b in zip(ours.axes, theirs.axes)}
     names.update({a.buffer: b.buffer for a, b in zip(ours.inputs, theirs.inputs)})
 
@@ -59,7 +72,9 @@ def apply_to_prim_func(
     foreign.nest = theirs
     foreign.knobs = tuple(foreign._make_knobs())
     foreign._by_name = {k.name: k for k in foreign.knobs}
-    sch = Schedule(func)
+    reason = foreign.check(translated)
+    if reason is not None:
+        raise ScheduleError(f"the config of {workload} does not fit the PrimFunc: {reason}")
     apply(sch, foreign, translated)
     return sch
 
@@ -155,9 +170,13 @@ class RecordsDatabase:
         if found.provenance == UNTUNED and not self.untuned:
             log.warning("%s: %s has no record for this device; left to TVM", workload_name, wl)
             return None
-        sch = apply_to_prim_func(
-            funcs[0], wl, found.config, target=self.target, limits=self.device.limits
-        )
+        try:
+            sch = apply_to_prim_func(
+                funcs[0], wl, found.config, target=self.target, limits=self.device.limits
+            )
+        except ScheduleError as exc:  # a recogniser gap must not fail the whole build
+            log.warning("%s: %s could not be scheduled (%s); left to TVM", workload_name, wl, exc)
+            return None
         rec = found.record
         self.applied.append(
             Applied(
@@ -190,6 +209,24 @@ class RelaxBuild:
     applied: list[Applied] = field(default_factory=list)
 
 
+def legalize_and_fuse(mod):
+    """The passes :func:`build` runs before applying records: FuseTransposeMatmul,
+    LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR (see :func:`build`)."""
+    import tvm
+    from tvm import relax
+
+    return tvm.transform.Sequential(
+        [
+            relax.transform.FuseTransposeMatmul(),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )(mod)
+
+
 def build(
     mod,
     target: str = "llvm",
@@ -201,9 +238,11 @@ def build(
 ) -> RelaxBuild:
     """Build a Relax module, applying autosched's tuned schedules to its fused PrimFuncs.
 
-    Runs Relax's legalisation and fusion (LegalizeOps, AnnotateTIROpPattern,
-    FoldConstant, FuseOps, FuseTIR), then ``MetaScheduleApplyDatabase`` with
-    :class:`RecordsDatabase`, then ``tvm.compile``.
+    Runs FuseTransposeMatmul (so that ``x @ W.T`` and ``relax.op.linear`` keep ``W`` in
+    ``nn.Linear``'s layout and read it as the ``dense`` workload does, instead of
+    transposing it in a kernel of its own), Relax's legalisation and fusion
+    (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR), then
+    ``MetaScheduleApplyDatabase`` with :class:`RecordsDatabase`, then ``tvm.compile``.
     """
     import tvm
     from tvm import relax
@@ -215,15 +254,7 @@ def build(
         tvm_target = tvm.target.Target({"kind": "opencl"}).with_host(
             tvm.target.Target({"kind": "llvm"})
         )
-    mod = tvm.transform.Sequential(
-        [
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            relax.transform.FuseOps(),
-            relax.transform.FuseTIR(),
-        ]
-    )(mod)
+    mod = legalize_and_fuse(mod)
     with tvm_target, records.ms_database:
         mod = relax.transform.MetaScheduleApplyDatabase()(mod)
     executable = tvm.compile(mod, target=tvm_target)
