@@ -361,3 +361,30 @@ def test_knob_names_and_values_are_renamed_by_position():
         func, wl, config.replace(**{"fuse.pad": True}), target="llvm", limits=dev.limits
     )
     assert 'T.sblock("pad_temp")' not in inlined.mod.script()
+
+
+@pytest.mark.parametrize(
+    "wl",
+    [
+        autosched.workload("matmul", M=8, N=16, K=4, epilogue="bias"),
+        autosched.workload("dense", m=8, n=16, k=4, epilogue="bias_gelu"),
+        autosched.workload("batch_matmul", b=3, m=8, n=4, k=2),
+        autosched.workload("conv2d", n=1, c=4, h=9, w=9, k=6, r=3, s=3, stride=2, pad=1),
+        autosched.workload("conv2d", n=2, c=4, h=8, w=8, k=6, r=3, s=3, groups=2, pad=1),
+        autosched.workload(
+            "conv2d", n=1, c=4, h=8, w=8, k=8, r=3, s=3, groups=4, dilation=2, layout="NHWC"
+        ),
+        autosched.workload("depthwise_conv2d", n=1, c=8, h=8, w=8, r=3, s=3, pad=1),
+        autosched.workload(
+            "depthwise_conv2d", n=1, c=8, h=9, w=9, r=3, s=3, stride=2, layout="NHWC"
+        ),
+    ],
+    ids=repr,
+)
+def test_every_contraction_recognises_its_own_prim_func(wl):
+    from tvm import te
+
+    from autosched.tvm.recognize import recognize
+
+    st = wl.stages()
+    assert recognize(te.create_prim_func([*st.inputs, *st.outputs])) == wl

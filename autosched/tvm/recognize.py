@@ -8,8 +8,9 @@ PrimFunc computes an autosched workload here when their *fingerprints* are equal
   (:func:`autosched.space.loopnest.signature`): axis kinds and extents, each input's
   affine index forms;
 * the shapes of the reduction's inputs (a padded input's size says how much padding);
-* each producer of an input (a convolution's padding): the arithmetic it does, the
-  shapes it reads and writes and its affine reads, constant offsets included;
+* each block before the reduction (a convolution's padding), in order: which input of
+  the reduction it computes, the arithmetic it does, the shapes it reads and writes and
+  its affine reads, constant offsets included;
 * the epilogue: its arithmetic (node types and intrinsic names) and how many extra
   inputs it reads.
 
@@ -161,16 +162,13 @@ def fingerprint(sch, nest: LoopNest) -> tuple:
     main = blocks[nest.main]
     shapes = {r.source.name: _shape(r.source) for r in main.reads}
     producers = []
-    for name in nest.producers:
+    for name in nest.producers:  # in compute order
         block = blocks[name]
         written = block.writes[0].source
-        if written.name not in nest.produced:
-            continue
         ops: set[str] = set()
         _ops(block.body.value, ops)
-        producers.append(
-            (nest.produced.index(written.name), frozenset(ops), _shape(written), _affine(block))
-        )
+        feeds = nest.produced.index(written.name) if written.name in nest.produced else -1
+        producers.append((feeds, frozenset(ops), _shape(written), _affine(block)))
     ops = set()
     produced = {nest.output}
     extra: set[str] = set()
@@ -182,7 +180,7 @@ def fingerprint(sch, nest: LoopNest) -> tuple:
     return (
         signature(nest),
         tuple(shapes[acc.buffer] for acc in nest.inputs),
-        tuple(sorted(producers, key=lambda p: p[0])),
+        tuple(producers),
         (frozenset(ops), len(extra)),
     )
 
