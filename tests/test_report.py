@@ -28,7 +28,7 @@ from autosched.report import (
     collect,
     device_limits,
     knob_importance,
-    measure_numpy_matmul,
+    measure_numpy,
     write_report,
 )
 from autosched.report.html import fmt_gflops
@@ -103,7 +103,7 @@ def test_header_and_best_are_the_databases_values(tuned, page):
         best = store.best(WORKLOAD.key, device_key=result.best.device_key, target="opencl")[0]
     records = _records(db, WORKLOAD.key)
     device = records[0].device
-    assert "M=64, N=64, K=64" in chunk and "<dt>epilogue</dt><dd>none</dd>" in chunk
+    assert "M=64, N=64, K=64" in chunk and "<dt>options</dt><dd>epilogue=none</dd>" in chunk
     assert device["name"] in chunk and device["driver_version"] in chunk
     assert (
         f"{len({r.config_key for r in records})} configs measured ({len(records)} records" in chunk
@@ -213,11 +213,64 @@ def test_too_few_records_for_importance_says_so(tuned, tmp_path):
 
 
 def test_numpy_vendor_figure():
-    figure = measure_numpy_matmul(WORKLOAD.to_json(), min_time_s=0.05)
-    assert figure.gflops > 0.1 and "numpy" in figure.source
-    conv = {"op": "conv2d", "params": {}, "dtype": "float32"}
+    figure = measure_numpy(WORKLOAD.to_json(), min_time_s=0.05)
+    assert figure.gflops > 0.1 and "numpy" in figure.source and "BLAS" in figure.source
+    assert figure.label.startswith("numpy (")
+    softmax = measure_numpy(autosched.workload("softmax", rows=64, cols=64).to_json(), min_time_s=0)
+    assert softmax.gflops > 0 and softmax.label == "numpy" and "BLAS" not in softmax.source
+    unknown = {"op": "winograd", "params": {}, "dtype": "float32"}
     with pytest.raises(InvalidInputError):
-        measure_numpy_matmul(conv)
+        measure_numpy(unknown)
+
+
+def test_shapes_follow_the_op_and_choices_are_options():
+    from autosched.report.html import option_params, shape_params
+
+    conv = autosched.workload(
+        "conv2d", layout="NHWC", k=8, n=1, c=4, h=9, w=9, r=3, s=3, stride=2
+    ).to_json()
+    conv["params"] = dict(reversed(list(conv["params"].items())))  # JSON order must not matter
+    assert [k for k, _ in shape_params(conv)] == [
+        *("n", "c", "h", "w", "k", "r", "s", "stride", "pad", "dilation", "groups")
+    ]
+    assert option_params(conv) == [("layout", "NHWC")]
+    chain = autosched.workload("elementwise", rows=4, cols=8, ops="add+relu").to_json()
+    assert shape_params(chain) == [("rows", 4), ("cols", 8)]
+    assert option_params(chain) == [("ops", "add+relu")]
+    assert shape_params(WORKLOAD.to_json()) == [("M", 64), ("N", 64), ("K", 64)]
+    assert option_params(WORKLOAD.to_json()) == [("epilogue", "none")]
+
+
+def test_report_of_convolutions_and_dense_layers_with_their_numpy_baselines(tmp_path, device):
+    from tests.tuned_records import record_for
+
+    conv = autosched.workload("conv2d", n=1, c=4, h=9, w=9, k=8, r=3, s=3, stride=2, layout="NHWC")
+    dense = autosched.workload("dense", m=16, n=32, k=24, epilogue="bias_gelu")
+    rng = np.random.default_rng(0)
+    records = []
+    for wl in (conv, dense):
+        space = Space(wl, limits=device.limits)
+        configs = [space.default(), *space.sample(rng, 4)]
+        records += [
+            record_for(wl, device, c, latency_s=1e-4 * (i + 1)) for i, c in enumerate(configs)
+        ]
+    db = tmp_path / "ops.db"
+    with SQLiteDatabase(db) as store:
+        store.add(records)
+    page = build_report(db, measure_vendor=True)
+    chunks = re.split(r'(?=<section class="workload" id="s\d+">)', page)[1:]
+    assert len(chunks) == 2
+    by_op = {re.search(r"<h2>(\w+) ", c).group(1): html.unescape(c) for c in chunks}
+    conv_text, dense_text = by_op["conv2d"], by_op["dense"]
+    assert (
+        "conv2d n=1, c=4, h=9, w=9, k=8, r=3, s=3, stride=2, pad=0, dilation=1, groups=1 "
+        "(layout=NHWC) on " in conv_text
+    )
+    assert "<dt>options</dt><dd>layout=NHWC</dd>" in conv_text
+    assert "dense m=16, n=32, k=24 (epilogue=bias_gelu) on " in dense_text
+    assert "<dt>options</dt><dd>epilogue=bias_gelu</dd>" in dense_text
+    for text, method in ((conv_text, "im2col"), (dense_text, "x @ W.T")):
+        assert "numpy (" in text and method in text and "BLAS" in text
 
 
 def test_filters_and_bad_input(tuned, tmp_path):

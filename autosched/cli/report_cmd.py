@@ -69,8 +69,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.add_argument(
         "--measure-vendor",
         action="store_true",
-        help="time numpy's matmul (its BLAS, e.g. OpenBLAS) for each matmul shape on this "
-        "CPU now, as a vendor figure",
+        help="time a numpy baseline of each workload on this CPU now, as a vendor figure "
+        "(matmul, dense, batch_matmul: numpy's BLAS, e.g. OpenBLAS; conv2d: im2col + BLAS; "
+        "depthwise and row-wise ops: plain numpy)",
     )
     parser.add_argument(
         "--model",

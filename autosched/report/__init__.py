@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import math
 import os
-import time
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +44,7 @@ from autosched.errors import AutoschedError, InvalidInputError
 from autosched.records.base import Database
 from autosched.records.files import write_atomically
 from autosched.records.record import OK, STATUSES, Record
+from autosched.report.vendor import VENDOR_OPS
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
@@ -575,88 +575,28 @@ def _permutation(
 
 
 # -- vendor reference --------------------------------------------------------------------
-def measure_numpy_matmul(
+def measure_numpy(
     workload: Mapping[str, Any], *, min_time_s: float = 0.2, seed: int = 0
 ) -> VendorFigure:
-    """Time numpy's matmul (its BLAS, e.g. OpenBLAS) for a matmul workload on the host CPU.
+    """Time the numpy baseline of a workload (:mod:`autosched.report.vendor`) on this CPU.
 
-    The epilogue is applied in place after the product, as a library user would. The
-    median of repeats until ``min_time_s`` of work (at least 5 repeats), with the BLAS's
-    own thread count and with one thread; the faster counts, because on a machine whose
-    cores are busy a BLAS that spins its threads can be a hundred times slower than one
-    thread, and a vendor figure should be the best the library offers.
+    Contractions call numpy's BLAS (e.g. OpenBLAS): matmul, dense and batch matmul
+    directly, conv2d through im2col; the row-wise operators are plain numpy. See
+    :func:`autosched.report.vendor.time_vendor` for how it is timed.
 
     Raises:
-        InvalidInputError: the workload is not a matmul.
+        InvalidInputError: an op or dtype without a baseline.
     """
-    from threadpoolctl import threadpool_limits
+    from autosched.report.vendor import time_vendor
 
-    from autosched.ops import workload_from_json
-
-    wl = workload_from_json(dict(workload))
-    if wl.op != "matmul":
-        raise InvalidInputError(
-            f"a vendor figure can be measured for matmul only, not {wl.op!r}; "
-            "pass --vendor-gflops instead"
-        )
-    inputs = wl.make_inputs(np.random.default_rng(seed))
-    a, b, bias = inputs["A"], inputs["B"], inputs.get("bias")
-    out = np.empty((a.shape[0], b.shape[1]), dtype=a.dtype)
-    relu = wl.params.get("epilogue") == "bias_relu"
-
-    def once() -> None:
-        np.matmul(a, b, out=out)
-        if bias is not None:
-            np.add(out, bias, out=out)
-            if relu:
-                np.maximum(out, 0.0, out=out)
-
-    def median_s() -> tuple[float, int]:
-        once()
-        once()
-        times: list[float] = []
-        spent = 0.0
-        while (spent < min_time_s or len(times) < 5) and len(times) < 10_000:
-            t0 = time.perf_counter()
-            once()
-            dt = time.perf_counter() - t0
-            times.append(dt)
-            spent += dt
-        return float(np.median(times)), len(times)
-
-    default_s, default_n = median_s()
-    with threadpool_limits(limits=1, user_api="blas"):
-        single_s, single_n = median_s()
-    one = single_s < default_s
-    median, repeats = (single_s, single_n) if one else (default_s, default_n)
-    blas, threads = _blas_name()
-    used = "1 thread" if one else f"{threads} threads" if threads else "its default threads"
+    t = time_vendor(workload, min_time_s=min_time_s, seed=seed)
+    blas = f" with {t.blas}, {t.threads}" if t.blas else ""
     return VendorFigure(
-        gflops=wl.flops() / median / 1e9,
-        source=f"numpy {np.__version__} matmul with {blas}, {used} (faster than "
-        f"{'its default threads' if one else '1 thread'}), on the host CPU when this "
-        f"report was made; median of {repeats} repeats",
-        label=f"numpy ({blas.split()[0]})",
+        gflops=t.gflops,
+        source=f"numpy {np.__version__} {t.method}{blas}, on the host CPU when this report "
+        f"was made; median of {t.repeats} repeats",
+        label=f"numpy ({t.blas.split()[0]})" if t.blas else "numpy",
     )
-
-
-def _blas_name() -> tuple[str, int | None]:
-    """(name and version of numpy's BLAS, its thread count) as far as threadpoolctl knows."""
-    try:
-        from threadpoolctl import threadpool_info
-
-        for lib in threadpool_info():
-            if lib.get("user_api") == "blas":
-                api = str(lib.get("internal_api", ""))
-                name = {"openblas": "OpenBLAS", "mkl": "MKL", "blis": "BLIS"}.get(
-                    api, api or "BLAS"
-                )
-                version = lib.get("version")
-                threads = lib.get("num_threads")
-                return (f"{name} {version}" if version else name), threads
-    except Exception:  # threadpoolctl failing: the name is a courtesy
-        pass
-    return "its BLAS", None
 
 
 # -- the report --------------------------------------------------------------------------
@@ -747,9 +687,9 @@ def collect(
             given = vendors.get(first.workload_key, vendors.get(None))
             if given is not None:
                 vendor.append(VendorFigure(given, "given (--vendor-gflops)", "vendor (given)"))
-            if measure_vendor and first.op == "matmul":
+            if measure_vendor and first.op in VENDOR_OPS:
                 if first.workload_key not in measured:
-                    measured[first.workload_key] = measure_numpy_matmul(first.workload, seed=seed)
+                    measured[first.workload_key] = measure_numpy(first.workload, seed=seed)
                 vendor.append(measured[first.workload_key])
             sections.append(
                 _section(
@@ -768,11 +708,11 @@ def collect(
 
 
 def _section_order(s: Section) -> tuple:
-    from autosched.report.html import shape_params
+    from autosched.report.html import option_params, shape_params
 
     shape = tuple(v if isinstance(v, (int, float)) else 0 for _, v in shape_params(s.workload))
-    epilogue = str(s.workload.get("params", {}).get("epilogue", ""))
-    return (s.op, shape, epilogue, s.target, str(s.device.get("name", "")), s.device_key)
+    options = tuple(str(v) for _, v in option_params(s.workload))
+    return (s.op, shape, options, s.target, str(s.device.get("name", "")), s.device_key)
 
 
 def build_report(
@@ -795,8 +735,8 @@ def build_report(
             fingerprint key and code generation target (None: any).
         vendor_gflops: a vendor library's GFLOP/s to compare with: one number for every
             workload, or a mapping from workload key to GFLOP/s.
-        measure_vendor: also time numpy's matmul (its BLAS) for each matmul workload, on
-            this machine's CPU, now.
+        measure_vendor: also time the numpy baseline of each workload (its BLAS for
+            contractions, see :mod:`autosched.report.vendor`) on this machine's CPU, now.
         model_kind: cost model whose feature importances are shown (``make_model`` kind).
         seed: seeds the cost model and any held-out split.
 
@@ -858,6 +798,6 @@ __all__ = [
     "collect",
     "device_limits",
     "knob_importance",
-    "measure_numpy_matmul",
+    "measure_numpy",
     "write_report",
 ]

@@ -216,31 +216,56 @@ def _quartile_gflops(r: Record) -> tuple[float, float, float] | None:
 
 
 # -- the page ----------------------------------------------------------------------------
-# Shape parameters in the order people write them; others follow alphabetically.
-_PARAM_ORDER = ("N", "M", "K", "C", "H", "W", "R", "S")
+def _split(workload: Mapping[str, Any]) -> tuple[list[tuple[str, Any]], list[tuple[str, Any]]]:
+    """(shape parameters, options) of a workload, each in the order its op lists them.
+
+    Options are the parameters with a fixed set of values (the op's ``choices``: epilogue,
+    layout, reduction kind, elementwise chain); everything else is shape text, strides
+    and padding included. An op this version does not know: its string parameters are
+    options, the rest shapes, alphabetically.
+    """
+    from autosched.ops import OPS
+
+    params = workload.get("params", {})
+    if not isinstance(params, Mapping):
+        return [], []
+    cls = OPS.get(str(workload.get("op", "")))
+    if cls is None:
+        names = sorted(params)
+        options = {k for k in names if isinstance(params[k], str)}
+    else:
+        known = [k for k in cls.shape_params if k in params]
+        names = known + sorted(k for k in params if k not in cls.shape_params)
+        options = set(cls.choices)
+    shape = [(k, params[k]) for k in names if k not in options]
+    return shape, [(k, params[k]) for k in names if k in options]
 
 
 def shape_params(workload: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """The workload's shape parameters (not options such as the epilogue), in reading order."""
-    params = workload.get("params", {})
-    if not isinstance(params, Mapping):
-        return []
-    names = [k for k in params if k != "epilogue"]
-    if workload.get("op") == "matmul":
-        order = ("M", "N", "K")
-    else:
-        order = _PARAM_ORDER
-    names.sort(key=lambda k: (order.index(k) if k in order else len(order), k))
-    return [(k, params[k]) for k in names]
+    """The workload's shape parameters (not options such as the epilogue), in the order
+    its op lists them (``Workload.shape_params``)."""
+    return _split(workload)[0]
+
+
+def option_params(workload: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The workload's options (the op's ``choices``: epilogue, layout, kind, ops)."""
+    return _split(workload)[1]
 
 
 def _shape(workload: Mapping[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in shape_params(workload))
 
 
+def _options(workload: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in option_params(workload))
+
+
 def _title(s: Section) -> str:
-    epilogue = s.workload.get("params", {}).get("epilogue")
-    extra = f" + {epilogue}" if epilogue and epilogue != "none" else ""
+    from autosched.ops import OPS
+
+    defaults = OPS[s.op].defaults if s.op in OPS else {}
+    shown = [f"{k}={v}" for k, v in option_params(s.workload) if defaults.get(k) != v]
+    extra = f" ({', '.join(shown)})" if shown else ""
     return (
         f"{s.op} {_shape(s.workload)}{extra} on {s.device.get('name', s.device_key)} ({s.target})"
     )
@@ -307,7 +332,6 @@ def _section(s: Section, anchor: str) -> str:
 
 def _header(s: Section, anchor: str) -> str:
     d = s.device
-    params = s.workload.get("params", {})
     first = min(r.timestamp for r in s.records)
     last = max(r.timestamp for r in s.records)
     driver = d.get("driver_version", DASH)
@@ -318,7 +342,7 @@ def _header(s: Section, anchor: str) -> str:
         ("device", d.get("name", DASH)),
         ("shapes", _shape(s.workload)),
         ("platform", d.get("platform", DASH)),
-        ("epilogue", params.get("epilogue", "none") if isinstance(params, Mapping) else DASH),
+        ("options", _options(s.workload) or DASH),
         ("driver", driver),
         ("dtype", s.workload.get("dtype", DASH)),
         ("device type", f"{d.get('type', DASH)}, {d.get('compute_units', DASH)} compute units"),
@@ -518,7 +542,8 @@ def _comparison(s: Section, anchor: str) -> str:
     if not s.vendor:
         summary.append(
             "No vendor figure: pass <code>--vendor-gflops</code>, or "
-            "<code>--measure-vendor</code> to time numpy's BLAS for a matmul on this CPU."
+            "<code>--measure-vendor</code> to time the numpy baseline (its BLAS for "
+            "contractions) on this CPU."
         )
     elif any(v.source.startswith("numpy") for v in s.vendor):
         summary.append(
