@@ -64,10 +64,7 @@ def _sampled(space: Space, seed: int):
 # -- every op, both targets --------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("target", TARGETS)
-@pytest.mark.parametrize("name", list(WORKLOADS))
-def test_every_op_compiles_untuned_and_from_its_record(tmp_path, name, target):
-    wl = WORKLOADS[name]
+def _compiles_untuned_and_from_a_record(tmp_path, wl, target: str) -> None:
     dev = _device(target)
     space = Space(wl, target=target, limits=dev.limits)
 
@@ -75,12 +72,18 @@ def test_every_op_compiles_untuned_and_from_its_record(tmp_path, name, target):
     assert untuned.provenance == "untuned" and untuned.config == space.default()
     _check_outputs(untuned)
 
-    config = _sampled(space, seed=len(name))
+    config = _sampled(space, seed=len(wl.key))
     db = _db(tmp_path / "one.db", [record_for(wl, dev, config, target=target)])
     kernel = compile(wl, target=target, db=db, shipped=False)
     assert kernel.provenance == "exact" and kernel.config == config
     assert kernel.record.workload_key == wl.key
     _check_outputs(kernel, seed=1)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", list(WORKLOADS))
+def test_every_op_compiles_untuned_and_from_its_record(tmp_path, name, target):
+    _compiles_untuned_and_from_a_record(tmp_path, WORKLOADS[name], target)
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +192,41 @@ def test_shape_dimensions_and_options_come_from_the_op():
     assert split[2][1] != split[0][1]
     reduce = autosched.workload("reduce", rows=8, cols=8, kind="max").to_json()
     assert shape_and_options(reduce)[1]["kind"] == "max"
+
+
+# -- row-wise operators (their space: autosched.space.rowwise) ---------------------------------
+
+ROWWISE = {
+    "softmax": autosched.workload("softmax", rows=16, cols=64),
+    "layernorm": autosched.workload("layernorm", rows=16, cols=64),
+    "reduce_sum": autosched.workload("reduce", rows=16, cols=64, kind="sum"),
+    "reduce_max": autosched.workload("reduce", rows=16, cols=64, kind="max"),
+    "elementwise": autosched.workload("elementwise", rows=16, cols=64, ops="add+gelu+mul"),
+}
+
+
+@pytest.fixture(scope="module")
+def rowwise_space():
+    return pytest.importorskip("autosched.space.rowwise", reason="no row-wise space yet")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", list(ROWWISE))
+def test_rowwise_ops_compile_untuned_and_from_their_record(rowwise_space, tmp_path, name, target):
+    _compiles_untuned_and_from_a_record(tmp_path, ROWWISE[name], target)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("name", ["softmax", "elementwise"])
+def test_nearest_shape_serves_a_rowwise_op_with_other_rows(rowwise_space, tmp_path, name, target):
+    tuned = ROWWISE[name]
+    wanted = autosched.workload(tuned.op, **dict(tuned.params, rows=48))
+    dev = _device(target)
+    config = _sampled(Space(tuned, target=target, limits=dev.limits), seed=5)
+    db = _db(tmp_path / "r.db", [record_for(tuned, dev, config, target=target)])
+    kernel = compile(wanted, target=target, db=db, shipped=False)
+    assert kernel.provenance == "nearest_shape" and kernel.record.workload_key == tuned.key
+    _check_outputs(kernel, seed=6)
+    if name == "elementwise":  # another chain is another option: never served
+        other = autosched.workload("elementwise", rows=48, cols=64, ops="add+relu+mul")
+        assert find_config(other, target=target, db=db, shipped=False).provenance == "untuned"
