@@ -330,6 +330,13 @@ def test_relax_functions_outside_the_workloads_are_not_recognised():
         "grouped": _relax_call(
             [x, ("w", (8, 2, 3, 3))], lambda bb, x, w: relax.op.nn.conv2d(x, w, groups=2)
         ),
+        # topi's layer norm sums x and x*x in one pass; the layernorm workload is two-pass.
+        "layer_norm": _relax_call(
+            [("x", (16, 32)), ("g", (32,)), ("b", (32,))],
+            lambda bb, x, g, b: relax.op.nn.layer_norm(x, g, b, axes=[-1]),
+        ),
+        # Softmax over the last axis of a 3-D tensor: not a [rows, cols] nest.
+        "softmax_3d": _relax_call([("x", (2, 16, 32))], lambda bb, x: relax.op.nn.softmax(x)),
     }
     for name, mod in others.items():
         funcs = [f for f in _fuse(mod).functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
@@ -388,3 +395,56 @@ def test_every_contraction_recognises_its_own_prim_func(wl):
 
     st = wl.stages()
     assert recognize(te.create_prim_func([*st.inputs, *st.outputs])) == wl
+
+
+def _rowwise_cases():
+    from tvm import relax
+
+    x = [("x", (16, 64))]
+    return {
+        "softmax": (
+            _relax_call(x, lambda bb, x: relax.op.nn.softmax(x)),
+            autosched.workload("softmax", rows=16, cols=64),
+        ),
+        "sum": (
+            _relax_call(x, lambda bb, x: relax.op.sum(x, axis=1)),
+            autosched.workload("reduce", rows=16, cols=64, kind="sum"),
+        ),
+        "max": (
+            _relax_call(x, lambda bb, x: relax.op.max(x, axis=1)),
+            autosched.workload("reduce", rows=16, cols=64, kind="max"),
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", list(_rowwise_cases()))
+def test_relax_softmax_and_reductions_are_scheduled_from_records(tmp_path, name):
+    pytest.importorskip("autosched.space.rowwise", reason="no row-wise space yet")
+    import tvm
+
+    from autosched.records.sqlite import SQLiteDatabase
+    from autosched.space.space import Space
+    from autosched.tvm.recognize import recognize
+    from tests.tuned_records import record_for
+
+    mod, wl = _rowwise_cases()[name]
+    fused = _fuse(mod)
+    (func,) = [f for f in fused.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
+    assert recognize(func) == wl
+
+    dev = select_device(target="llvm")
+    space = Space(wl, target="llvm", limits=dev.limits)
+    plain = tvm.compile(fused, target=tvm.target.Target(dev.tvm_target()))
+    arrays = [np.random.default_rng(2).uniform(-1, 1, (16, 64)).astype("float32")]
+    want, _ = _run(plain, arrays, repeats=0)
+    configs = [space.default(), *space.sample(np.random.default_rng(3), 3)]
+    for i, config in enumerate(configs):
+        db = tmp_path / f"{i}.db"
+        with SQLiteDatabase(db) as store:
+            store.add([record_for(wl, dev, config, target="llvm")])
+        built = autosched.tvm.build(mod, "llvm", db=db, shipped=False)
+        (applied,) = built.applied
+        assert applied.workload == wl and applied.provenance == "exact"
+        got, _ = _run(built.executable, arrays, repeats=0)
+        rtol, atol = wl.tolerance()
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=max(atol, 1e-6), err_msg=str(config))

@@ -26,7 +26,7 @@ from autosched.records.base import Database
 from autosched.space.config import Config
 from autosched.space.schedule import apply
 from autosched.space.space import DeviceLimits, Space
-from autosched.tvm.recognize import normalized, recognize
+from autosched.tvm.recognize import normalized, recognize, row_nest
 
 log = logging.getLogger(__name__)
 
@@ -36,22 +36,20 @@ def apply_to_prim_func(
 ):
     """Schedule ``func`` (another front end's PrimFunc computing ``workload``) with ``config``.
 
-    Plain copies in ``func`` are inlined first (see
-    :func:`autosched.tvm.recognize.inline_copies`). Knob names refer to the workload's own
+    Contractions: plain copies in ``func`` are inlined first (see
+    :func:`autosched.tvm.recognize.normalized`). Knob names refer to the workload's own
     axes and inputs (``tile.<axis>``, ``stage.<input>``, ``fuse.<input>``) and so do
     knob values that name an axis (``tile_inner``); they are renamed, by position, to
-    ``func``'s. Returns the ``tvm.s_tir.Schedule`` (its trace replays it).
+    ``func``'s. Row-wise workloads: ``fuse.<stage>`` knobs are renamed by the stage's
+    position. Returns the ``tvm.s_tir.Schedule`` (its trace replays it).
 
     Raises:
         ScheduleError: ``func``'s loop nest does not have the workload's structure, or
             TVM rejects the schedule.
     """
     space = Space(workload, target=target, limits=limits)
-    if space.family != "contraction":
-        raise ScheduleError(
-            f"{workload}: only contractions are applied to foreign PrimFuncs, not "
-            f"{space.family} workloads"
-        )
+    if space.family == "rowwise":
+        return _apply_rowwise(func, space, config)
     sch, theirs = normalized(func)
     ours = space.nest
     if [(a.kind, a.extent) for a in ours.axes] != [(a.kind, a.extent) for a in theirs.axes] or (
@@ -75,6 +73,34 @@ def apply_to_prim_func(
     reason = foreign.check(translated)
     if reason is not None:
         raise ScheduleError(f"the config of {workload} does not fit the PrimFunc: {reason}")
+    apply(sch, foreign, translated)
+    return sch
+
+
+def _apply_rowwise(func, space: Space, config: Config):
+    """:func:`apply_to_prim_func` for a row-wise workload: stages are renamed by position."""
+    from tvm.s_tir import Schedule
+
+    theirs = row_nest(func)
+    ours = space.nest
+    shape = [(b.kind, b.output) for b in ours.blocks]
+    if theirs is None or shape != [(b.kind, b.output) for b in theirs.blocks]:
+        raise ScheduleError(f"the PrimFunc's stages are not the ones of {space.workload}")
+    names = {a.name: b.name for a, b in zip(ours.blocks, theirs.blocks)}
+
+    def rename(key: str) -> str:
+        head, _, tail = key.partition(".")
+        return f"{head}.{names.get(tail, tail)}" if tail else key
+
+    translated = Config({rename(k): v for k, v in config.items()})
+    foreign = copy.copy(space)
+    foreign.nest = theirs
+    foreign.knobs = tuple(foreign._make_knobs())
+    foreign._by_name = {k.name: k for k in foreign.knobs}
+    reason = foreign.check(translated)
+    if reason is not None:
+        raise ScheduleError(f"the config of {space.workload} does not fit the PrimFunc: {reason}")
+    sch = Schedule(func)
     apply(sch, foreign, translated)
     return sch
 

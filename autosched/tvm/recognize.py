@@ -18,6 +18,10 @@ Plain copies between blocks are inlined first, on both sides. The workloads trie
 (:func:`candidates`) are derived from the function's loop nest alone (axis extents,
 index coefficients, buffer shapes), never from its names; only a candidate whose own
 PrimFunc has the same fingerprint is returned.
+
+A function with no single reduction, or none of the contractions, may be row-wise
+(softmax, a reduction over the last axis): its stages are compared in order
+(:func:`row_fingerprint`) with those of the row-wise workloads of its rows and columns.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from autosched.errors import AutoschedError, ScheduleError
 from autosched.ops import Workload, workload
 from autosched.ops.dense import EPILOGUES as DENSE_EPILOGUES
 from autosched.ops.matmul import EPILOGUES as MATMUL_EPILOGUES
+from autosched.ops.rowwise import KINDS as REDUCE_KINDS
 from autosched.space.loopnest import LoopNest, analyze_prim_func, signature
 
 log = logging.getLogger(__name__)
@@ -322,14 +327,75 @@ def candidates(sch, nest: LoopNest) -> Iterator[Workload]:
         yield from _conv_candidates(sch, nest, shapes)
 
 
+# -- row-wise functions ---------------------------------------------------------------------------
+
+
+def row_nest(func):
+    """The row-wise nest of ``func`` (see :func:`autosched.space.loopnest.analyze_row_prim_func`),
+    or None when ``func`` is not row-wise or this version has no row-wise space."""
+    try:
+        from autosched.space.loopnest import analyze_row_prim_func
+    except ImportError:
+        return None
+    try:
+        return analyze_row_prim_func(func)
+    except ScheduleError:
+        return None
+
+
+def row_fingerprint(func, nest) -> tuple:
+    """What must be equal for two row-wise functions to compute the same workload: rows,
+    columns and input shapes, then per stage in order its kind (map or reduce), what it
+    reads (inputs and earlier stages by position), whether it is an output, and its
+    arithmetic."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    position = {name: ("input", i) for i, (name, _) in enumerate(nest.inputs)}
+    position.update({b.name: ("stage", i) for i, b in enumerate(nest.blocks)})
+    stages = []
+    for b in nest.blocks:
+        ops: set[str] = set()
+        _ops(sch.get(sch.get_sblock(b.name)).body.value, ops)
+        stages.append((b.kind, tuple(position[r] for r in b.reads), b.output, frozenset(ops)))
+    return nest.rows, nest.cols, tuple(shape for _, shape in nest.inputs), tuple(stages)
+
+
+@lru_cache(maxsize=256)
+def _our_row_fingerprint(wl: Workload) -> tuple | None:
+    from tvm import te
+
+    st = wl.stages()
+    func = te.create_prim_func([*st.inputs, *st.outputs])
+    nest = row_nest(func)
+    return None if nest is None else row_fingerprint(func, nest)
+
+
+def row_candidates(nest) -> Iterator[Workload]:
+    """Row-wise workloads of ``nest``'s rows and columns (elementwise chains left out)."""
+    rows, cols = nest.rows, nest.cols
+    yield workload("softmax", rows=rows, cols=cols)
+    yield workload("layernorm", rows=rows, cols=cols)
+    for kind in REDUCE_KINDS:
+        yield workload("reduce", rows=rows, cols=cols, kind=kind)
+
+
 def recognize(func) -> Workload | None:
     """The autosched workload ``func`` computes, or None if it is not one we tune."""
     try:
         sch, nest = normalized(func)
     except ScheduleError:
+        pass
+    else:
+        theirs = fingerprint(sch, nest)
+        for candidate in candidates(sch, nest):
+            if _our_fingerprint(candidate) == theirs:
+                return candidate
+    rows = row_nest(func)
+    if rows is None:
         return None
-    theirs = fingerprint(sch, nest)
-    for candidate in candidates(sch, nest):
-        if _our_fingerprint(candidate) == theirs:
+    theirs = row_fingerprint(func, rows)
+    for candidate in row_candidates(rows):
+        if _our_row_fingerprint(candidate) == theirs:
             return candidate
     return None
