@@ -172,3 +172,151 @@ def signature(nest: LoopNest) -> tuple:
             for acc in nest.inputs
         ),
     )
+
+
+# -- row-wise nests ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RowBlock:
+    """One stage of a row-wise nest.
+
+    ``kind`` is ``"reduce"`` (a reduction over the columns: one value per row) or
+    ``"map"`` (one value per row and column). ``reads`` names the buffers it reads,
+    inputs and earlier stages alike, in the order TVM lists them.
+    """
+
+    name: str
+    kind: str
+    reads: tuple[str, ...]
+    output: bool
+
+
+@dataclass(frozen=True)
+class RowNest:
+    """Stages that stream over the rows of a ``[rows, cols]`` matrix, in compute order.
+
+    Every stage is indexed by the same row axis and either maps over or reduces the
+    same column axis; every access is ``[row, col]``, ``[row]`` or ``[col]``, so rows
+    are independent and a row's stages can share one kernel.
+    """
+
+    rows: int
+    cols: int
+    blocks: tuple[RowBlock, ...]
+    inputs: tuple[tuple[str, tuple[int, ...]], ...]  # (name, shape) of each parameter read
+
+    @property
+    def spatial(self) -> tuple[Axis, ...]:
+        if self.reductions:
+            return (Axis("rows", self.rows, "S"),)
+        return (Axis("rows", self.rows, "S"), Axis("cols", self.cols, "S"))
+
+    @property
+    def reduction(self) -> tuple[Axis, ...]:
+        return (Axis("cols", self.cols, "R"),) if self.reductions else ()
+
+    @property
+    def reductions(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.blocks if b.kind == "reduce")
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return tuple(b.name for b in self.blocks if b.output)
+
+    @property
+    def stages(self) -> tuple[str, ...]:
+        """The stages that are not outputs: the ones a schedule may fuse or not."""
+        return tuple(b.name for b in self.blocks if not b.output)
+
+    def block(self, name: str) -> RowBlock:
+        return next(b for b in self.blocks if b.name == name)
+
+    def readers(self, name: str) -> tuple[str, ...]:
+        return tuple(b.name for b in self.blocks if name in b.reads)
+
+
+def analyze_rows(workload: Workload) -> RowNest:
+    """The row-wise nest of ``workload`` (cached per workload key)."""
+    return _analyze_rows_cached(workload.key, workload)
+
+
+@lru_cache(maxsize=256)
+def _analyze_rows_cached(key: str, workload: Workload) -> RowNest:
+    from tvm import te
+
+    st = workload.stages()
+    return analyze_row_prim_func(te.create_prim_func([*st.inputs, *st.outputs]))
+
+
+def analyze_row_prim_func(func) -> RowNest:
+    """The row-wise nest of a PrimFunc whose blocks all stream over one ``[rows, cols]``.
+
+    Raises:
+        ScheduleError: a block is not a per-row reduction over the columns nor a map
+            over rows and columns, the blocks disagree on the extents, or an access is
+            not ``[row, col]``, ``[row]`` or ``[col]``.
+    """
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(func)
+    root = sch.get_sblock("root")
+    blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
+    allocated = {buf.name for buf in sch.get(root).alloc_buffers}  # everything else is a parameter
+    written = {b.writes[0].source.name for b in blocks}
+    extents: set[tuple[int, int]] = set()
+    out = []
+    for block in blocks:
+        kinds = "".join({0: "S", 2: "R"}.get(int(iv.iter_type), "?") for iv in block.iter_vars)
+        if kinds not in ("SS", "SR") or len(block.writes) != 1:
+            raise ScheduleError(
+                f"block {block.name_hint} is not a map over rows and columns nor a per-row "
+                f"reduction (axes {kinds})"
+            )
+        extents.add(tuple(int(iv.dom.extent) for iv in block.iter_vars))
+        row, col = (iv.var for iv in block.iter_vars)
+        wrote = block.writes[0].source
+        want = 1 if kinds == "SR" else 2
+        if len(wrote.shape) != want:
+            raise ScheduleError(
+                f"block {block.name_hint} writes {wrote.name} of rank {len(wrote.shape)}"
+            )
+        reads = []
+        for region in block.reads:
+            buf = region.source
+            if buf.name == wrote.name:  # a reduction's accumulator
+                continue
+            index = [rng.min for rng in region.region]
+            forms = [[row, col]] if len(index) == 2 else [[row], [col]]
+            point = all(int(rng.extent) == 1 for rng in region.region)
+            if not point or not any(_indexes(index, f) for f in forms):
+                raise ScheduleError(
+                    f"block {block.name_hint} reads {buf.name}{list(index)}: only "
+                    "[row, col], [row] and [col] are row-wise accesses"
+                )
+            reads.append(buf.name)
+        out.append(
+            RowBlock(
+                name=block.name_hint,
+                kind="reduce" if kinds == "SR" else "map",
+                reads=tuple(reads),
+                output=wrote.name not in allocated,
+            )
+        )
+        if block.name_hint != wrote.name:
+            raise ScheduleError(f"block {block.name_hint} writes {wrote.name}, not its own buffer")
+    if len(extents) != 1:
+        raise ScheduleError(f"the blocks disagree on rows and columns: {sorted(extents)}")
+    ((rows, cols),) = extents
+    inputs: dict[str, tuple[int, ...]] = {}
+    for block in blocks:
+        for region in block.reads:
+            buf = region.source
+            if buf.name not in written and buf.name not in allocated:
+                inputs.setdefault(buf.name, tuple(int(d) for d in buf.shape))
+    return RowNest(rows=rows, cols=cols, blocks=tuple(out), inputs=tuple(inputs.items()))
+
+
+def _indexes(index, variables) -> bool:
+    """Whether ``index`` is exactly ``variables``, one per dimension."""
+    return len(index) == len(variables) and all(e.same_as(v) for e, v in zip(index, variables))

@@ -1,0 +1,356 @@
+"""The row-wise family: stages that stream over the rows of a ``[rows, cols]`` matrix.
+
+Softmax, layernorm, reductions over the last axis and elementwise chains. Each stage
+either reduces a row to one value or maps over rows and columns (see
+:class:`~autosched.space.loopnest.RowNest`); rows are independent, so the work is split
+by rows, and the choices are how each row's work is parallelised and which stages
+share a kernel.
+
+Kernels. Every output, and every stage whose ``fuse.<stage>`` is False, is the root of
+its own kernel; an unfused stage writes its result to a global intermediate (a scratch
+argument, see :meth:`RowSpace.scratch`) that later kernels read. A fused map stage is
+inlined into the stages that read it (recomputed in each). A fused reduction is
+computed per row inside the kernel of the stages that read it (through any inlined
+maps), so those readers must all be in one kernel, or the config is invalid.
+
+Knobs for ``target="opencl"`` on a nest with reductions:
+
+* ``reduce``: ``"item"``: each work-item owns whole rows and a work-group is ``threads``
+  rows; a row's reductions run in the work-item, its values in private memory.
+  ``"group"``: one work-group per row; its ``threads`` work-items split the columns and
+  each reduction ends in a tree all-reduce through local memory (TVM's cross-thread
+  reduction), with barriers.
+* ``threads``: work-items per work-group (a power of two within the device's limit;
+  item mode: dividing the rows; group mode: ``threads * vec`` dividing the columns).
+* ``vec``: explicit vector width along the columns (``float16`` and friends). A
+  reduction is split into ``vec`` partial results (``rfactor``), computed with vector
+  instructions and reduced at the end; maps are vectorised directly.
+* ``unroll``: unroll factor of each work-item's loop over its columns.
+* ``fuse.<stage>`` for each stage that is not an output: True fuses it into the kernel
+  that reads it (see above), False gives it its own kernel.
+
+Knobs for ``target="opencl"`` on an elementwise nest (no reduction): ``threads``
+(work-items per group), ``per_item`` (consecutive columns each work-item computes),
+``vec`` (dividing ``per_item``) and the ``fuse.<stage>`` knobs. The rows and the
+column chunks are flattened into one range of work-items.
+
+Knobs for ``target="llvm"`` (any nest): ``rows_per_task`` (the rows are split into
+parallel tasks of this many rows, each row's stages computed together in the task),
+``vec`` (LLVM vector instructions along the columns, reductions split into ``vec``
+partial results as on OpenCL), ``unroll`` and the ``fuse.<stage>`` knobs (an unfused
+stage is its own parallel loop over a global intermediate).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from autosched.errors import ScheduleError
+from autosched.space.config import Config
+from autosched.space.loopnest import RowNest, analyze_rows
+from autosched.space.space import UNROLLS, VECTOR_WIDTHS, Knob, Space
+from autosched.space.space import divisors as _divisors
+
+REDUCE_MODES = ("item", "group")
+MAX_THREADS = 256
+MAX_PER_ITEM = 256
+MAX_FULL_UNROLL = 64
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One kernel of a config: its root stage and the stages fused into it."""
+
+    root: str
+    reductions: tuple[str, ...]  # fused reductions computed per row in it, compute order
+    inlined: tuple[str, ...]  # fused map stages recomputed inside its stages
+
+
+class RowSpace(Space):
+    """Schedules of a row-wise nest (see the module docstring for the knobs)."""
+
+    nest: RowNest
+    family = "rowwise"
+
+    def _analyze(self) -> RowNest:
+        return analyze_rows(self.workload)
+
+    def apply(self, sch, config: Config) -> None:
+        from autosched.space.rowwise_schedule import apply_rowwise
+
+        apply_rowwise(sch, self, config)
+
+    @property
+    def elementwise(self) -> bool:
+        """True when no stage reduces: the map knobs replace the reduction knobs."""
+        return not self.nest.reductions
+
+    # -- construction ---------------------------------------------------------------
+    def _make_knobs(self) -> list[Knob]:
+        nest = self.nest
+        vecs = tuple(v for v in VECTOR_WIDTHS if nest.cols % v == 0)
+        limit = min(MAX_THREADS, self.limits.max_work_group_size, self.limits.max_work_item_size)
+        threads = tuple(2**e for e in range(int(math.log2(max(limit, 1))) + 1))
+        # Unroll factors: powers of two, small divisors of the columns, and the whole row
+        # when it is short (a 49-column row unrolled 7 or 49 times runs twice as fast on
+        # PoCL as the plain loop).
+        unrolls = {*UNROLLS, *(d for d in _divisors(nest.cols) if d <= max(UNROLLS))}
+        if nest.cols <= MAX_FULL_UNROLL:
+            unrolls.add(nest.cols)
+        unrolls = tuple(sorted(unrolls))
+        knobs = []
+        if self.target == "llvm":
+            knobs.append(Knob("rows_per_task", tuple(_divisors(nest.rows))))
+            knobs.append(Knob("vec", vecs))
+            knobs.append(Knob("unroll", unrolls))
+        elif self.elementwise:
+            knobs.append(Knob("threads", threads))
+            per_item = tuple(d for d in _divisors(nest.cols) if d <= MAX_PER_ITEM)
+            knobs.append(Knob("per_item", per_item))
+            knobs.append(Knob("vec", vecs))
+        else:
+            knobs.append(Knob("reduce", REDUCE_MODES))
+            knobs.append(Knob("threads", threads))
+            knobs.append(Knob("vec", vecs))
+            knobs.append(Knob("unroll", unrolls))
+        for name in nest.stages:
+            knobs.append(Knob(f"fuse.{name}", (True, False)))
+        return knobs
+
+    # -- kernels --------------------------------------------------------------------
+    def fused(self, config: Config, name: str) -> bool:
+        return not self.nest.block(name).output and bool(config[f"fuse.{name}"])
+
+    def kernels(self, config: Config) -> tuple[Kernel, ...]:
+        """The kernels of ``config`` in launch order.
+
+        Raises:
+            ScheduleError: a fused reduction is read from two kernels (see ``check``).
+        """
+        kernels, reason = self._plan(config)
+        if reason:
+            raise ScheduleError(reason)
+        return kernels
+
+    def _plan(self, config: Config) -> tuple[tuple[Kernel, ...], str | None]:
+        nest = self.nest
+        # Where each fused reduction is computed: the one kernel of everything that
+        # reads it, seen through inlined maps. Later stages first, so a reduction read
+        # by another fused reduction finds that one's kernel.
+        home: dict[str, str] = {}
+        for block in reversed(nest.blocks):
+            if not self.fused(config, block.name):
+                home[block.name] = block.name
+                continue
+            if block.kind == "map":
+                continue
+            found = {home[r] for r in self._effective_readers(config, block.name)}
+            if len(found) != 1:
+                return (), (
+                    f"fuse.{block.name}=True but it is read from {len(found)} kernels "
+                    f"({', '.join(sorted(found))}); fuse them too or give it its own kernel"
+                )
+            home[block.name] = found.pop()
+        kernels = []
+        for block in nest.blocks:
+            if self.fused(config, block.name):
+                continue
+            mine = [b.name for b in nest.blocks if b.name in home and home[b.name] == block.name]
+            inlined = self._inlined_into(config, mine)
+            kernels.append(
+                Kernel(
+                    root=block.name,
+                    reductions=tuple(n for n in mine if n != block.name),
+                    inlined=inlined,
+                )
+            )
+        return tuple(kernels), None
+
+    def _effective_readers(self, config: Config, name: str) -> set[str]:
+        """Stages that read ``name``, with each inlined map replaced by its readers."""
+        out: set[str] = set()
+        for reader in self.nest.readers(name):
+            if self.nest.block(reader).kind == "map" and self.fused(config, reader):
+                out |= self._effective_readers(config, reader)
+            else:
+                out.add(reader)
+        return out
+
+    def _inlined_into(self, config: Config, stages: list[str]) -> tuple[str, ...]:
+        """Fused maps that the computed ``stages`` read, directly or through each other."""
+        seen: list[str] = []
+        todo = list(stages)
+        while todo:
+            for buf in self.nest.block(todo.pop()).reads:
+                if buf in seen or buf not in {b.name for b in self.nest.blocks}:
+                    continue
+                if self.nest.block(buf).kind == "map" and self.fused(config, buf):
+                    seen.append(buf)
+                    todo.append(buf)
+        order = [b.name for b in self.nest.blocks]
+        return tuple(sorted(seen, key=order.index))
+
+    # -- queries --------------------------------------------------------------------
+    def scratch(self, config: Config) -> tuple[str, ...]:
+        """Intermediates ``config`` keeps in global memory between kernels."""
+        return tuple(n for n in self.nest.stages if not config[f"fuse.{n}"])
+
+    def threads(self, config: Config) -> int:
+        """Work-items per work-group (OpenCL); 1 on llvm, where a task is one thread."""
+        return 1 if self.target == "llvm" else int(config["threads"])
+
+    def groups(self, config: Config) -> int:
+        """Work-groups of each kernel (OpenCL) or parallel tasks (llvm)."""
+        nest = self.nest
+        if self.target == "llvm":
+            return nest.rows // config["rows_per_task"]
+        if self.elementwise:
+            return nest.rows * nest.cols // config["per_item"] // config["threads"]
+        if config["reduce"] == "group":
+            return nest.rows
+        return nest.rows // config["threads"]
+
+    def check(self, config: Config) -> str | None:
+        """Why ``config`` is not valid here, or None if it is."""
+        reason = self._check_knobs(config)
+        if reason:
+            return reason
+        nest = self.nest
+        vec = config["vec"]
+        if self.target == "llvm":
+            if (nest.cols // vec) % config["unroll"]:
+                return f"unroll={config['unroll']} does not divide the {nest.cols // vec} vectors of a row"
+        elif self.elementwise:
+            per_item, threads = config["per_item"], config["threads"]
+            if per_item % vec:
+                return f"vec={vec} does not divide per_item={per_item}"
+            if (nest.rows * nest.cols // per_item) % threads:
+                return f"threads={threads} does not divide the {nest.rows * nest.cols // per_item} work-items"
+        else:
+            threads, unroll = config["threads"], config["unroll"]
+            if config["reduce"] == "item":
+                if nest.rows % threads:
+                    return f"threads={threads} does not divide rows={nest.rows}"
+                span = nest.cols // vec
+            else:
+                if threads == 1:
+                    return "reduce=group needs threads > 1 (one work-item is reduce=item)"
+                if nest.cols % (threads * vec):
+                    return f"threads={threads} x vec={vec} does not divide cols={nest.cols}"
+                span = nest.cols // (threads * vec)
+                local = threads * len(nest.reductions) * np.dtype(self.workload.dtype).itemsize
+                if local > self.limits.local_mem_bytes:
+                    return f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
+            if span % unroll:
+                return (
+                    f"unroll={unroll} does not divide the {span} vectors of a work-item's columns"
+                )
+        _, reason = self._plan(config)
+        return reason
+
+    def default(self) -> Config:
+        """The untuned schedule: every stage fused into the output's kernel, no vectors.
+
+        OpenCL: one row per work-item, up to 64 rows per work-group (an elementwise nest:
+        one element per work-item, up to 64 per group: TVM's default injective schedule).
+        llvm: the rows spread over the cores one row per task, scalar code.
+        """
+        nest = self.nest
+        values: dict[str, Any] = {f"fuse.{n}": True for n in nest.stages}
+        values["vec"] = 1
+        if self.target == "llvm":
+            values.update(rows_per_task=1, unroll=1)
+            return Config(values)
+        limit = min(64, self.limits.max_work_group_size, self.limits.max_work_item_size)
+        work = nest.rows * nest.cols if self.elementwise else nest.rows
+        threads = max(t for t in self.knob("threads").choices if t <= limit and work % t == 0)
+        values["threads"] = threads
+        if self.elementwise:
+            values["per_item"] = 1
+        else:
+            values.update(reduce="item", unroll=1)
+        return Config(values)
+
+    def describe(self, config: Config) -> dict[str, float]:
+        """Derived quantities of a config: the cost model's hand-made features.
+
+        The core names mean what they mean for a contraction, as near as a row-wise
+        nest allows: ``log_reg`` counts the values a work-item (llvm: a task's loop
+        body) holds per step (``vec * unroll`` partial results or outputs),
+        ``intensity`` is flops per element moved through global memory, ``staged``
+        counts the reductions that go through local memory (group mode).
+        """
+        nest = self.nest
+        itemsize = np.dtype(self.workload.dtype).itemsize
+        kernels = self.kernels(config)
+        vec = config["vec"]
+        unroll = config.get("unroll", 1)
+        threads = self.threads(config)
+        groups = self.groups(config)
+        group_mode = config.get("reduce") == "group"
+        per_item = config.get("per_item", 1)
+        if self.target == "llvm":
+            cols_per_item = nest.cols
+        elif self.elementwise:
+            cols_per_item = per_item
+        else:
+            cols_per_item = nest.cols // threads if group_mode else nest.cols
+        moved = self._elements_moved(kernels)
+        passes = max(1 + len(k.reductions) for k in kernels)  # over a row, per kernel
+        cross = len(nest.reductions) if group_mode else 0
+        fused = sum(bool(config[f"fuse.{n}"]) for n in nest.stages)
+        # Inlined maps are evaluated once per stage that computes them.
+        evaluated = sum(
+            len(self._inlined_into(config, [s])) for k in kernels for s in (k.root, *k.reductions)
+        )
+        inlined = sum(nest.block(n).kind == "map" and config[f"fuse.{n}"] for n in nest.stages)
+        cores = max(1, self.limits.cores)
+        feats: dict[str, float] = {
+            "log_threads": math.log2(threads),
+            "log_groups": math.log2(groups),
+            "log_reg": math.log2(vec * unroll),
+            "log_vec": math.log2(vec),
+            "intensity": self.workload.flops() / max(moved, 1),
+            "staged": float(cross),
+            "log_work_items": math.log2(threads * groups),
+            "log_unroll": math.log2(unroll),
+            "reduce_group": float(group_mode),
+            "fused_stages": float(fused),
+            "unfused_stages": float(len(nest.stages) - fused),
+            "kernels": float(len(kernels)),
+            "row_passes": float(passes),
+            "recomputed": float(evaluated - inlined),
+            "bytes_per_row": moved * itemsize / nest.rows,
+            "log_cols_per_item": math.log2(cols_per_item),
+            "vectors_per_item": cols_per_item / vec,
+            "barriers": float(cross * (2 + math.log2(threads))),
+            "log_tasks_per_core": math.log2(max(groups / cores, 1e-3)),
+            "log_rows_per_task": math.log2(config.get("rows_per_task", 1)),
+        }
+        return feats
+
+    def _elements_moved(self, kernels: tuple[Kernel, ...]) -> int:
+        """Elements each kernel reads from and writes to global memory, summed.
+
+        A kernel reads every global buffer that any of its stages reads (through inlined
+        maps) once; a row's values it reads again in another pass come from cache.
+        """
+        nest = self.nest
+        shapes = dict(nest.inputs)
+        computed = {b.name for b in nest.blocks}
+        total = 0
+        for k in kernels:
+            stages = [k.root, *k.reductions, *k.inlined]
+            local = {*k.reductions, *k.inlined}
+            reads = {buf for s in stages for buf in nest.block(s).reads if buf not in local}
+            for buf in reads:
+                if buf in computed:
+                    total += nest.rows * (nest.cols if nest.block(buf).kind == "map" else 1)
+                else:
+                    total += math.prod(shapes[buf])
+            total += nest.rows * (nest.cols if nest.block(k.root).kind == "map" else 1)
+        return total

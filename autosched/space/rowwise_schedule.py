@@ -1,0 +1,329 @@
+"""The row-wise family's schedules: knob values -> ``tvm.s_tir.Schedule`` primitives.
+
+The same steps serve both targets:
+
+1. every fused map stage is inlined into its readers;
+2. every reduction is split on its own loop nest (``rfactor`` must see the block alone
+   under its outermost loop): into ``vec`` partial results for vector instructions,
+   and in group mode first into one partial result per work-item;
+3. each kernel's root stage gets its row loop (work-groups and work-items on OpenCL, a
+   parallel loop of tasks on llvm) and its column loop (vectors, unrolling, work-items
+   in group mode); the fused reductions of the kernel, and the partial results of each
+   reduction, are computed per row under that row loop in private memory.
+
+In group mode the last step of each reduction has its loop over work-items bound to
+``threadIdx.x``, which TVM lowers to a tree all-reduce through local memory.
+
+Vectors pay only if the math in them stays vectorised: :func:`vector_math` fills two
+gaps of TVM 0.27 (``erf`` is scalarised everywhere, ``exp`` and ``erf`` per lane on LLVM).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from autosched.space.config import Config
+
+if TYPE_CHECKING:
+    from autosched.space.rowwise import RowSpace
+
+
+@dataclass
+class _Reduction:
+    """A reduction block and the blocks of its partial results, innermost first."""
+
+    block: object
+    partials: list = field(default_factory=list)  # [lanes (vec), threads (group mode)]
+
+
+_VECTOR_MATH_READY = False
+
+
+def vector_math() -> None:
+    """Vector ``exp`` and ``erf`` where TVM 0.27 lacks them (once per process).
+
+    * ``erf`` is not marked vectorisable, so TVM scalarises any vectorised loop that
+      calls it (a GELU): on PoCL a scalar ``erf`` costs ~30 ns per element, one of a
+      ``float16`` ~2 ns. OpenCL C has ``erf`` for every vector type, so marking it is
+      all OpenCL needs.
+    * LLVM has no vector ``exp`` or ``erf``: it calls libm once per lane, so vectors
+      bought nothing for softmax or GELU on the llvm target. A float32 vector ``exp``
+      now becomes Cephes' ``expf`` (range reduction and a degree-6 polynomial, within
+      1 ulp), a float32 vector ``erf`` Eigen's rational approximation (within 8 ulp,
+      where OpenCL C allows 16); scalars and other types keep libm.
+
+    This changes TVM's operator table for every later build in the process, whatever
+    the family; it belongs with the build's target setup once other families want it.
+    """
+    global _VECTOR_MATH_READY
+    if _VECTOR_MATH_READY:
+        return
+    import tvm
+    from tvm import tirx
+
+    erf = tvm.ir.Op.get("tirx.erf")
+    if erf.get_attr("TVectorizable") is None:
+        tvm.ir.register_op_attr("tirx.erf", "TVectorizable", True)
+    scalar_erf = erf.get_attr("llvm.FLowerIntrinsic") or erf.get_attr("default.FLowerIntrinsic")
+
+    def lower_erf(call):
+        dtype = _dtype(call)
+        (x,) = call.args
+        if dtype.lanes > 1 and dtype.bits == 32:
+            return _erf_rational(x, str(dtype))
+        if dtype.lanes == 1:
+            return scalar_erf(call)
+        scalar = f"float{dtype.bits}"
+        name = "erff" if dtype.bits == 32 else "erf"
+        lanes = [
+            tirx.call_pure_extern(scalar, name, tirx.Shuffle([x], [i])) for i in range(dtype.lanes)
+        ]
+        return tirx.Shuffle(lanes, list(range(dtype.lanes)))
+
+    scalar_exp = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
+
+    def lower_exp(call):
+        dtype = _dtype(call)
+        if dtype.lanes > 1 and dtype.bits == 32:
+            return _exp_cephes(call.args[0], str(dtype))
+        return scalar_exp(call)
+
+    tvm.ir.register_op_attr("tirx.erf", "llvm.FLowerIntrinsic", lower_erf, level=20)
+    tvm.ir.register_op_attr("tirx.exp", "llvm.FLowerIntrinsic", lower_exp, level=20)
+    _VECTOR_MATH_READY = True
+
+
+def _dtype(call):
+    import tvm
+
+    return tvm.DataType(str(getattr(call, "dtype", None) or call.ty))
+
+
+# Eigen's rational approximation of erf on [-4, 4] (TVM's ``topi.fast_erf``).
+_ERF_NUM = (
+    -2.72614225801306e-10,
+    2.77068142495902e-08,
+    -2.10102402082508e-06,
+    -5.69250639462346e-05,
+    -7.34990630326855e-04,
+    -2.95459980854025e-03,
+    -1.60960333262415e-02,
+)
+_ERF_DEN = (
+    -1.45660718464996e-05,
+    -2.13374055278905e-04,
+    -1.68282697438203e-03,
+    -7.37332916720468e-03,
+    -1.42647390514189e-02,
+)
+# Cephes' expf: exp(x) = 2^n * exp(r), r = x - n ln2 in two parts, exp(r) a polynomial.
+_EXP_POLY = (
+    1.9875691500e-4,
+    1.3981999507e-3,
+    8.3334519073e-3,
+    4.1665795894e-2,
+    1.6666665459e-1,
+    5.0000001201e-1,
+)
+_EXP_MIN, _EXP_MAX = -87.33654, 88.72283  # the normal float32 range of exp
+
+
+def _erf_rational(x, dtype: str):
+    from tvm import tirx
+
+    def c(v: float):
+        return tirx.const(v, dtype)
+
+    x = tirx.max(tirx.min(x, c(4.0)), c(-4.0))
+    x2 = x * x
+    num = c(_ERF_NUM[0])
+    for coef in _ERF_NUM[1:]:
+        num = num * x2 + c(coef)
+    den = c(_ERF_DEN[0])
+    for coef in _ERF_DEN[1:]:
+        den = den * x2 + c(coef)
+    return x * num / den
+
+
+def _exp_cephes(x, dtype: str):
+    import tvm
+    from tvm import tirx
+
+    def c(v: float):
+        return tirx.const(v, dtype)
+
+    lanes = tvm.DataType(dtype).lanes
+    xc = tirx.max(tirx.min(x, c(_EXP_MAX)), c(_EXP_MIN))
+    n = tirx.floor(xc * c(1.44269504088896341) + c(0.5))
+    r = xc - n * c(0.693359375) - n * c(-2.12194440e-4)
+    poly = c(_EXP_POLY[0])
+    for coef in _EXP_POLY[1:]:
+        poly = poly * r + c(coef)
+    y = poly * r * r + r + c(1.0)
+    scale = tirx.reinterpret(dtype, (n.astype(f"int32x{lanes}") + 127) << 23)
+    out = y * scale
+    # Past the normal range: 0 below, infinity above, NaN stays NaN.
+    out = tirx.Select(x < c(_EXP_MIN), c(0.0), out)
+    out = tirx.Select(x > c(_EXP_MAX), c(float("inf")), out)
+    return tirx.Select(x != x, x, out)
+
+
+def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
+    vector_math()
+    nest = space.nest
+    kernels = space.kernels(config)
+    for block in nest.blocks:
+        if block.kind == "map" and space.fused(config, block.name):
+            sch.compute_inline(sch.get_sblock(block.name))
+    llvm = space.target == "llvm"
+    mode = "item" if llvm or space.elementwise else config["reduce"]
+    vec = int(config["vec"])
+    unroll = int(config.get("unroll", 1))
+    threads = 1 if llvm else int(config["threads"])
+    # A kernel whose root is a reduction accumulates in private memory and writes each
+    # row's result once: the write-back block becomes the kernel's root.
+    roots = {}
+    for kernel in kernels:
+        block = sch.get_sblock(kernel.root)
+        if nest.block(kernel.root).kind == "reduce":
+            roots[kernel.root] = sch.cache_write(block, 0, "local")
+        else:
+            roots[kernel.root] = block
+    parts = {name: _split_reduction(sch, name, mode, threads, vec) for name in nest.reductions}
+    for kernel in kernels:
+        root = roots[kernel.root]
+        if llvm:
+            anchor = _rows_cpu(sch, root, int(config["rows_per_task"]))
+        elif space.elementwise:
+            _map_flat(sch, root, threads, int(config["per_item"]), vec)
+            continue
+        else:
+            anchor = _rows_opencl(sch, root, mode, threads)
+        # Consumers first: a block moves under the row loop once all its readers are there.
+        for name in reversed((*kernel.reductions, kernel.root)):
+            if name not in parts:
+                continue
+            sch.compute_at(parts[name].block, anchor)
+            sch.set_scope(parts[name].block, 0, "local")
+            _finish_reduction(sch, parts[name], anchor, mode, vec, unroll)
+        if nest.block(kernel.root).kind == "map":
+            _map_columns(sch, root, anchor, mode, threads, vec, unroll)
+
+
+# -- reductions -------------------------------------------------------------------------
+
+
+def _split_reduction(sch, name: str, mode: str, threads: int, vec: int) -> _Reduction:
+    """Split the reduction ``name`` into partial results while it is alone in its nest."""
+    block = sch.get_sblock(name)
+    _, k = sch.get_loops(block)
+    red = _Reduction(block)
+    if mode == "group":
+        _, tx, kv = sch.split(k, [None, threads, vec])
+        per_thread = sch.rfactor(tx, 0)
+        red.partials.insert(0, per_thread)
+        if vec > 1:
+            red.partials.insert(0, sch.rfactor(sch.get_loops(per_thread)[-1], 0))
+    elif vec > 1:
+        _, kv = sch.split(k, [None, vec])
+        red.partials.insert(0, sch.rfactor(kv, 0))
+    return red
+
+
+def _finish_reduction(sch, red: _Reduction, anchor, mode: str, vec: int, unroll: int) -> None:
+    """Compute ``red``'s partial results per row under ``anchor`` and lower each step.
+
+    The reduction block itself is already under ``anchor`` (fused) or has ``anchor`` as
+    its own row loop (a kernel's root).
+    """
+    at = anchor
+    if mode == "group":
+        (at,) = _below(sch, red.block, anchor)
+        sch.bind(at, "threadIdx.x")
+    for partial in reversed(red.partials):  # consumers first
+        sch.compute_at(partial, at)
+        sch.set_scope(partial, 0, "local")
+    steps = [*red.partials, red.block]
+    # The innermost step walks the work-item's columns, ``vec`` lanes at a time; TVM
+    # drops loops of extent 1, so the walk over the columns may be gone.
+    walker = steps[0]
+    loops = _below(sch, walker, at)
+    lanes = loops.pop(0) if vec > 1 else None
+    cols = loops[0] if loops else None
+    if cols is not None and lanes is not None:
+        sch.reorder(cols, lanes)
+    if lanes is not None:
+        sch.vectorize(lanes)
+    if cols is not None and unroll > 1:
+        cols, inner = sch.split(cols, [None, unroll])
+        sch.unroll(inner)
+    if walker is not red.block or mode != "group":
+        if cols is not None or lanes is not None:
+            sch.decompose_reduction(walker, cols if cols is not None else lanes)
+    # The later steps reduce the lanes (in the work-item) and then the work-items (in
+    # the work-group: TVM's cross-thread reduction keeps its own initialisation).
+    for step in steps[1:]:
+        if mode == "group" and step is red.block:
+            continue
+        own = _below(sch, step, at)
+        if own:
+            sch.unroll(own[0])
+            sch.decompose_reduction(step, own[0])
+
+
+def _below(sch, block, anchor) -> list:
+    """``block``'s loops under ``anchor`` (TVM drops loops of extent 1)."""
+    loops = list(sch.get_loops(block))
+    target = sch.get(anchor)
+    for i, lp in enumerate(loops):
+        if sch.get(lp).same_as(target):
+            return loops[i + 1 :]
+    raise ValueError("the anchor loop does not enclose the block")
+
+
+# -- rows and columns -------------------------------------------------------------------
+
+
+def _rows_opencl(sch, root, mode: str, threads: int):
+    """Bind the root's row loop; returns the loop over one row."""
+    rows = sch.get_loops(root)[0]
+    if mode == "group":
+        sch.bind(rows, "blockIdx.x")
+        return rows
+    g, t = sch.split(rows, [None, threads])
+    sch.bind(g, "blockIdx.x")
+    sch.bind(t, "threadIdx.x")
+    return t
+
+
+def _rows_cpu(sch, root, rows_per_task: int):
+    rows = sch.get_loops(root)[0]
+    task, row = sch.split(rows, [None, rows_per_task])
+    sch.parallel(task)
+    return row
+
+
+def _map_columns(sch, root, anchor, mode: str, threads: int, vec: int, unroll: int) -> None:
+    """The column loop of a map root: work-items (group mode), unrolled vectors."""
+    (cols,) = _below(sch, root, anchor)
+    if mode == "group":
+        _, tx, u, v = sch.split(cols, [None, threads, unroll, vec])
+        sch.bind(tx, "threadIdx.x")
+    else:
+        _, u, v = sch.split(cols, [None, unroll, vec])
+    if vec > 1:
+        sch.vectorize(v)
+    if unroll > 1:
+        sch.unroll(u)
+
+
+def _map_flat(sch, root, threads: int, per_item: int, vec: int) -> None:
+    """An elementwise kernel: ``per_item`` consecutive columns per work-item."""
+    rows, cols = sch.get_loops(root)
+    chunk, steps, v = sch.split(cols, [None, per_item // vec, vec])
+    g, t = sch.split(sch.fuse(rows, chunk), [None, threads])
+    sch.bind(g, "blockIdx.x")
+    sch.bind(t, "threadIdx.x")
+    if vec > 1:
+        sch.vectorize(v)

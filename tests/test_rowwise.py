@@ -1,0 +1,282 @@
+"""The row-wise family (softmax, layernorm, reductions, elementwise chains): the nest read
+from TVM's blocks, knobs and fusion plans, kernels built with real TVM codegen and
+checked against numpy on PoCL and on the host CPU, and short tuning runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import autosched
+from autosched.cost_model.features import CORE_FEATURES, featurize
+from autosched.errors import ScheduleError
+from autosched.measure.build import build
+from autosched.measure.device import select_device
+from autosched.measure.runner import TimingOptions
+from autosched.measure.worker import MeasureWorker
+from autosched.ops import workload
+from autosched.space.loopnest import analyze_row_prim_func, classify
+from autosched.space.rowwise import RowSpace
+from autosched.space.space import DeviceLimits, Space
+from tests.conftest import make_data
+
+FAST = TimingOptions(warmup=0, min_repeats=2, max_repeats=3, min_time_s=0.0)
+QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=30, min_time_s=0.02)
+LIMITS = DeviceLimits(max_work_group_size=256, max_work_item_size=256, local_mem_bytes=32768)
+
+SMALL = {
+    "softmax": ("softmax", {"rows": 64, "cols": 128}),
+    "layernorm": ("layernorm", {"rows": 32, "cols": 96}),
+    "reduce_sum": ("reduce", {"rows": 64, "cols": 64, "kind": "sum"}),
+    "reduce_max": ("reduce", {"rows": 32, "cols": 48, "kind": "max"}),
+    "elementwise": ("elementwise", {"rows": 16, "cols": 64, "ops": "add+mul+relu+gelu"}),
+}
+
+
+def _small(name: str):
+    op, params = SMALL[name]
+    return workload(op, **params)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return select_device(target="llvm")
+
+
+@pytest.fixture(scope="module")
+def workers(device, cpu):
+    with MeasureWorker(device, timeout_s=30) as cl, MeasureWorker(cpu, timeout_s=30) as host:
+        yield {"opencl": cl, "llvm": host}
+
+
+# -- the nest ---------------------------------------------------------------------------
+
+
+def test_the_row_nest_is_read_from_the_blocks():
+    space = Space(_small("softmax"), limits=LIMITS)
+    assert isinstance(space, RowSpace) and space.family == "rowwise"
+    nest = space.nest
+    assert (nest.rows, nest.cols) == (64, 128)
+    assert [(b.name, b.kind, b.output) for b in nest.blocks] == [
+        ("row_max", "reduce", False),
+        ("exp", "map", False),
+        ("row_sum", "reduce", False),
+        ("softmax", "map", True),
+    ]
+    assert nest.block("exp").reads == ("x", "row_max") and nest.inputs == (("x", (64, 128)),)
+    assert [(a.name, a.extent, a.kind) for a in (*nest.spatial, *nest.reduction)] == [
+        ("rows", 64, "S"),
+        ("cols", 128, "R"),
+    ]
+    layernorm = Space(_small("layernorm"), limits=LIMITS).nest
+    assert layernorm.reductions == ("row_sum", "var_sum") and layernorm.outputs == ("layernorm",)
+    assert dict(layernorm.inputs) == {"x": (32, 96), "gamma": (96,), "beta": (96,)}
+    reduce = Space(_small("reduce_max"), limits=LIMITS).nest
+    assert [(b.name, b.kind, b.output) for b in reduce.blocks] == [("reduce", "reduce", True)]
+    chain = Space(_small("elementwise"), limits=LIMITS).nest
+    assert [b.kind for b in chain.blocks] == ["map"] * 4 and chain.stages == ("t0", "t1", "t2")
+    assert not chain.reduction and [a.kind for a in chain.spatial] == ["S", "S"]
+    for name in SMALL:
+        assert classify(_small(name)) == "rowwise"
+
+
+def test_a_nest_that_is_not_row_wise_is_refused():
+    from tvm import te
+
+    x = te.placeholder((8, 8), "float32", name="x")
+    k = te.reduce_axis((0, 8), name="k")
+    col_sum = te.compute((8,), lambda j: te.sum(x[k, j], axis=k), name="col_sum")
+    with pytest.raises(ScheduleError, match=r"reads x\["):
+        analyze_row_prim_func(te.create_prim_func([x, col_sum]))
+
+
+# -- knobs, plans, invariants -----------------------------------------------------------
+
+
+def test_knobs_follow_the_nest_and_the_target(cpu):
+    names = lambda s: {k.name for k in s.knobs}  # noqa: E731
+    softmax = _small("softmax")
+    fuse = {"fuse.row_max", "fuse.exp", "fuse.row_sum"}
+    assert names(Space(softmax, limits=LIMITS)) == {"reduce", "threads", "vec", "unroll", *fuse}
+    llvm = Space(softmax, target="llvm", limits=cpu.limits)
+    assert names(llvm) == {"rows_per_task", "vec", "unroll", *fuse}
+    assert names(Space(_small("reduce_sum"), limits=LIMITS)) == {
+        "reduce",
+        "threads",
+        "vec",
+        "unroll",
+    }
+    chain = Space(_small("elementwise"), limits=LIMITS)
+    assert names(chain) == {"threads", "per_item", "vec", "fuse.t0", "fuse.t1", "fuse.t2"}
+    assert max(chain.knob("threads").choices) == 256  # the device's limit
+    space = Space(softmax, limits=LIMITS)
+    assert space.knob("vec").choices == (1, 2, 4, 8, 16)
+    assert (
+        49
+        in Space(workload("reduce", rows=8, cols=49, kind="sum"), limits=LIMITS)
+        .knob("unroll")
+        .choices
+    )  # a short row can be unrolled whole
+
+
+def test_fusion_decides_the_kernels_and_the_scratch():
+    space = Space(_small("softmax"), limits=LIMITS)
+    fused = space.default()
+    (kernel,) = space.kernels(fused)
+    assert kernel.root == "softmax" and kernel.reductions == ("row_max", "row_sum")
+    assert kernel.inlined == ("exp",) and space.scratch(fused) == ()
+    own_exp = fused.replace(**{"fuse.exp": False})
+    assert [(k.root, k.reductions) for k in space.kernels(own_exp)] == [
+        ("exp", ("row_max",)),
+        ("softmax", ("row_sum",)),
+    ]
+    assert space.scratch(own_exp) == ("exp",)
+    specs = space.workload.tensor_specs(scratch=space.scratch(own_exp))
+    assert [(t.name, t.role) for t in specs] == [
+        ("x", "input"),
+        ("softmax", "output"),
+        ("exp", "scratch"),
+    ]
+    # row_max, fused, would be needed by row_sum's kernel and by softmax's (through exp).
+    split = fused.replace(**{"fuse.row_sum": False})
+    assert "read from 2 kernels" in space.check(split)
+    with pytest.raises(ScheduleError):
+        space.kernels(split)
+    assert space.check(split.replace(**{"fuse.row_max": False})) is None
+    layernorm = Space(_small("layernorm"), limits=LIMITS)
+    assert "fuse.row_sum" in layernorm.check(layernorm.default().replace(**{"fuse.var_sum": False}))
+
+
+def test_configs_outside_the_limits_are_refused_with_a_reason():
+    space = Space(_small("softmax"), limits=LIMITS)
+    base = space.default()
+    assert "does not divide rows=64" in space.check(base.replace(threads=128))
+    group = base.replace(reduce="group", threads=16, vec=16)
+    assert "does not divide cols=128" in space.check(group)
+    assert "threads > 1" in space.check(base.replace(reduce="group", threads=1))
+    layernorm = Space(_small("layernorm"), limits=LIMITS)  # 96 columns: 6 vectors of 16
+    assert "unroll=4" in layernorm.check(layernorm.default().replace(vec=16, unroll=4))
+    assert "vec=3" in space.check(base.replace(vec=3))
+    small = Space(_small("softmax"), limits=DeviceLimits(max_work_group_size=16))
+    assert max(small.knob("threads").choices) == 16
+    assert "threads=32 is not one" in small.check(small.default().replace(threads=32))
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+def test_sampled_configs_are_valid_described_and_name_their_scratch(target, cpu):
+    limits = cpu.limits if target == "llvm" else LIMITS
+    rng = np.random.default_rng(0)
+    for name in SMALL:
+        space = Space(_small(name), target=target, limits=limits)
+        configs = [space.default(), *space.sample(rng, 60)]
+        assert len(configs) > 40
+        for c in configs:
+            assert space.check(c) is None
+            feats = space.describe(c)
+            assert set(CORE_FEATURES) <= set(feats)
+            assert all(math.isfinite(v) for v in feats.values())
+            unfused = tuple(n for n in space.nest.stages if not c[f"fuse.{n}"])
+            assert space.scratch(c) == unfused
+            assert feats["kernels"] == len(space.kernels(c)) == 1 + len(unfused)
+        X = featurize(space, configs)
+        assert np.isfinite(X).all() and X.shape[0] == len(configs)
+
+
+# -- built kernels against numpy ---------------------------------------------------------
+
+CONFIGS_OPENCL = {
+    "default": {},
+    "fused_vec": {"threads": 8, "vec": 16, "unroll": 2, "fuse": True},
+    "unfused_item": {"threads": 4, "vec": 4, "fuse": False},
+    "group": {"reduce": "group", "threads": 4, "vec": 4, "fuse": True},
+    "group_unfused": {"reduce": "group", "threads": 8, "vec": 1, "unroll": 2, "fuse": False},
+}
+CONFIGS_OPENCL_MAP = {
+    "default": {},
+    "fused_vec": {"threads": 8, "per_item": 16, "vec": 16, "fuse": True},
+    "unfused": {"threads": 4, "per_item": 8, "vec": 4, "fuse": False},
+}
+CONFIGS_LLVM = {
+    "default": {},
+    "fused_vec": {"rows_per_task": 4, "vec": 16, "unroll": 2, "fuse": True},
+    "unfused": {"rows_per_task": 2, "vec": 4, "fuse": False},
+}
+
+
+def _config(space, changes: dict):
+    changes = dict(changes)
+    fuse = changes.pop("fuse", None)
+    while space.nest.cols % changes.get("vec", 1):
+        changes["vec"] //= 2
+    while (space.nest.cols // changes.get("vec", 1)) % changes.get("unroll", 1):
+        changes["unroll"] //= 2
+    if fuse is not None:
+        changes.update({f"fuse.{n}": fuse for n in space.nest.stages})
+    return space.default().replace(**changes)
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+@pytest.mark.parametrize("name", list(SMALL))
+def test_kernels_compute_the_reference(device, cpu, workers, name, target):
+    wl = _small(name)
+    space = Space(wl, target=target, limits=cpu.limits if target == "llvm" else device.limits)
+    if target == "llvm":
+        table = CONFIGS_LLVM
+    else:
+        table = CONFIGS_OPENCL_MAP if space.elementwise else CONFIGS_OPENCL
+    data = make_data(wl)
+    seen = set()
+    for label, changes in table.items():
+        config = _config(space, changes)
+        if config in seen:  # a reduction has no stages to unfuse
+            continue
+        seen.add(config)
+        assert space.check(config) is None, (label, space.check(config))
+        program = build(space, config)
+        assert [t.name for t in program.tensors if t.role == "scratch"] == list(
+            space.scratch(config)
+        )
+        if target == "opencl":
+            assert len(program.kernels) == len(space.kernels(config))
+            group = config.get("reduce") == "group"
+            assert ("barrier(" in program.source) == group, label  # the tree all-reduce
+            if config["vec"] == 16:  # not scalarised (an erf once made TVM do so)
+                assert "vload16" in program.source and "vstore16" in program.source, label
+        outcome = workers[target].measure(program, data, FAST)
+        assert outcome.status == "ok", (label, config, outcome.error)
+
+
+# -- tuning -----------------------------------------------------------------------------
+
+TUNE = {
+    "softmax": ("softmax", {"rows": 512, "cols": 128}),
+    "layernorm": ("layernorm", {"rows": 128, "cols": 768}),
+    "reduce": ("reduce", {"rows": 1024, "cols": 256, "kind": "sum"}),
+    "elementwise": ("elementwise", {"rows": 128, "cols": 1024, "ops": "add+mul+relu+gelu"}),
+}
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+@pytest.mark.parametrize("name", list(TUNE))
+def test_a_short_tuning_run_beats_the_default(tmp_path, name, target):
+    op, params = TUNE[name]
+    wl = autosched.workload(op, **params)
+    result = autosched.tune(
+        wl,
+        trials=12,
+        batch=6,
+        target=target,
+        db=tmp_path / "records.db",
+        seed=0,
+        timing=QUICK,
+        strategy="model",
+        finalists=2,
+    )
+    assert result.best is not None and result.default is not None
+    assert result.best.ok and result.best.gflops > result.default.gflops, (
+        result.best.gflops,
+        result.default.gflops,
+        result.best.config,
+    )
