@@ -1,0 +1,213 @@
+"""The peers benchmark's parts: the hand-written SGEMM, its restrictions, the metrics.
+
+The kernel runs on the real OpenCL device through autosched's measurement worker; the
+Kernel Tuner restrictions are checked against Kernel Tuner's own search-space builder.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autosched.measure.program import KernelProgram
+from autosched.measure.runner import TimingOptions
+from autosched.measure.worker import MeasureWorker
+from autosched.ops import workload
+from bench import peers, peers_sgemm
+from tests.conftest import make_data
+
+ONCE = TimingOptions(warmup=0, min_repeats=1, max_repeats=1, min_time_s=0.0)
+LOCAL_MEM = 64 * 1024
+
+
+def cfg(**kw) -> dict[str, int]:
+    base = dict(MWG=8, NWG=32, KWG=16, MDIMC=1, NDIMC=1, VWM=1, VWN=16, KWI=2, SA=0, SB=0)
+    base.update(kw)
+    return base
+
+
+# Three corners of the kernel: one work-item with wide vectors; a 2-D work-group staging
+# both inputs in local memory; scalar columns with vector loads of A along K.
+KERNEL_CONFIGS = {
+    "one_work_item_vec16": cfg(),
+    "work_group_local_staging": cfg(
+        MWG=16, NWG=32, KWG=8, MDIMC=4, NDIMC=2, VWM=2, VWN=4, KWI=4, SA=1, SB=1
+    ),
+    "scalar_columns_vector_a": cfg(MWG=4, NWG=16, KWG=8, NDIMC=4, VWM=4, VWN=1, KWI=4, SB=1),
+}
+
+
+@pytest.mark.parametrize("name", list(KERNEL_CONFIGS))
+def test_hand_written_sgemm_is_correct_through_autoscheds_harness(device, name):
+    m, n, k = 32, 64, 48
+    p = KERNEL_CONFIGS[name]
+    assert not peers_sgemm.violations(
+        p, m, n, k, local_mem_bytes=LOCAL_MEM, max_work_group=device.max_work_group_size
+    )
+    wl = workload("matmul", M=m, N=n, K=k)
+    program = peers_sgemm.program(p, m, n, k)
+    assert [t.name for t in program.tensors] == [t.name for t in wl.tensor_specs()]
+    with MeasureWorker(device, timeout_s=60) as worker:
+        out = worker.measure(program, make_data(wl), ONCE)
+    assert out.status == "ok", out.error  # the runner compares with numpy before timing
+
+
+def test_program_prepends_the_defines_as_kernel_tuner_does():
+    p = KERNEL_CONFIGS["work_group_local_staging"]
+    program = peers_sgemm.program(p, 64, 96, 32)
+    assert isinstance(program, KernelProgram)
+    head = program.source.splitlines()[: len(peers_sgemm.TUNE_PARAMS) + 3]
+    assert head[:2] == ["#define MWG 16", "#define NWG 32"]
+    assert "#define MSIZE 64" in head and "#define NSIZE 96" in head
+    (launch,) = program.kernels
+    assert launch.local_size == (2, 4)  # (NDIMC, MDIMC): dimension 0 runs along N
+    assert launch.global_size == (96 // 32 * 2, 64 // 16 * 4)
+
+
+def test_restriction_strings_and_function_agree_with_kernel_tuner():
+    """Kernel Tuner's search space built from the strings is exactly the set of configs
+    the kernel's own rules accept."""
+    pytest.importorskip("kernel_tuner")
+    from kernel_tuner.searchspace import Searchspace
+
+    m, n, k, max_wg = 64, 64, 32, 64
+    space = Searchspace(
+        peers_sgemm.TUNE_PARAMS,
+        peers_sgemm.restrictions(m, n, k, local_mem_bytes=LOCAL_MEM),
+        max_wg,
+        block_size_names=["NDIMC", "MDIMC"],
+    )
+    accepted = {tuple(c) for c in space.list}
+    valid = {
+        tuple(c.values())
+        for c in peers_sgemm.all_configs()
+        if not peers_sgemm.violations(c, m, n, k, local_mem_bytes=LOCAL_MEM, max_work_group=max_wg)
+    }
+    assert accepted == valid
+    assert 0 < len(valid) < 960_000
+
+
+@pytest.mark.parametrize(
+    "change, reason",
+    [
+        (dict(MWG=128), "divide the problem"),  # 128 rows of a 64-row matrix
+        (dict(NWG=32, NDIMC=16, VWN=4), "VWN must divide"),  # 2 columns per work-item
+        (dict(MDIMC=16, MWG=8), "work-items must divide"),
+        (dict(KWI=4, VWM=8), "VWM must divide KWI"),
+        (dict(MWG=32, NWG=32, VWN=16), "accumulators"),  # 32x32 floats per work-item
+        (dict(SA=1, SB=1, MWG=64, NWG=64, KWG=32), "local memory"),  # 16 KiB over 8 KiB
+        (dict(MDIMC=8, NDIMC=16, MWG=8, NWG=32, VWN=2), "work-group exceeds"),
+    ],
+)
+def test_each_rule_rejects_its_invalid_config(change, reason):
+    p = cfg(**change)
+    problems = peers_sgemm.violations(p, 64, 64, 32, local_mem_bytes=8 * 1024, max_work_group=64)
+    assert any(reason in msg for msg in problems), problems
+
+
+def test_kernel_tuner_peer_records_every_evaluation_in_order(device):
+    pytest.importorskip("kernel_tuner")
+    from bench import peers_kt
+
+    m, n, k = 64, 64, 32
+    out = peers_kt.tune(
+        m=m,
+        n=n,
+        k=k,
+        strategy="random_sample",
+        trials=3,
+        seed=1,
+        platform=device.platform_index,
+        device=device.device_index,
+        tolerance=workload("matmul", M=m, N=n, K=k).tolerance(),
+        local_mem_bytes=device.local_mem_bytes,
+        iterations=2,
+        timeout_s=120,
+    )
+    evs = out["evaluations"]
+    assert len(evs) == 3
+    assert all(ev["time_ms"] and ev["time_ms"] > 0 for ev in evs), evs
+    times = [ev["t"] for ev in evs]
+    assert times == sorted(times) and times[-1] <= out["wall_s"]
+    for ev in evs:
+        assert not peers_sgemm.violations(
+            ev["config"],
+            m,
+            n,
+            k,
+            local_mem_bytes=device.local_mem_bytes,
+            max_work_group=device.max_work_group_size,
+        )
+
+
+# -- metrics ------------------------------------------------------------------------------
+
+
+def test_best_so_far_keeps_the_best_through_failures():
+    assert peers.best_so_far([None, 3.0, 2.0, None, 5.0, 4.0]) == [0.0, 3.0, 3.0, 3.0, 5.0, 5.0]
+    assert peers.best_so_far([]) == []
+
+
+def test_best_after_n_trials_and_short_runs():
+    curve = [1.0, 2.0, 2.0, 7.0]
+    assert peers.best_after(curve, 2) == 2.0
+    assert peers.best_after(curve, 4) == 7.0
+    assert peers.best_after(curve, 64) == 7.0  # stopped early: its last figure
+    assert peers.best_after([], 16) is None
+
+
+def test_trials_and_wall_seconds_to_reach_a_threshold():
+    curve = [1.0, 5.0, 9.5, 10.0]
+    times = [0.5, 1.0, 4.0, 9.0]
+    assert peers.trials_to_reach(curve, 9.5) == 3  # reaching counts, 1-based
+    assert peers.trials_to_reach(curve, 0.5) == 1
+    assert peers.trials_to_reach(curve, 11.0) is None
+    assert peers.wall_to_reach(curve, times, 9.5) == 4.0
+    assert peers.wall_to_reach(curve, times, 11.0) is None
+
+
+def test_retimed_figure_is_the_best_rounds_median():
+    f = peers.Finalist("x", None, own_gflops=10.0, visits=[[2.0, 2.0, 9.0], [1.0, 1.0, 1.5]])
+    assert f.retimed_gflops(10e9) == pytest.approx(10.0)  # round 2: median 1 s
+    assert f.retimed_median_gflops(10e9) == pytest.approx(10e9 / 1.75 / 1e9)
+    f.error = "wrong_result: ..."
+    assert f.retimed_gflops(10e9) is None
+
+
+def _run(tuner, own, retimed_latency, *, seed=0):
+    run = peers.Run(tuner=tuner, seed=seed, target="opencl", gflops=own)
+    run.times = [float(i + 1) for i in range(len(own))]
+    best = max(g for g in own if g)
+    run.finalists = [peers.Finalist("top1", None, best, visits=[[retimed_latency]])]
+    return run
+
+
+def test_summary_scales_only_kernel_tuners_stopwatch_and_measures_95_on_the_shared_clock():
+    flops = 100e9  # GFLOP/s = 100 / latency
+    runs = [
+        # Kernel Tuner reads 2x slow: own best 40, re-timed 80.
+        _run("kt-random_sample", [10.0, 40.0, 30.0], 100 / 80),
+        # autosched: own 50 then 90 (an outlier), re-timed 78.
+        _run("autosched-model", [50.0, None, 90.0], 100 / 78),
+    ]
+    rows, refs, ratios = peers.summarize(runs, flops)
+    assert refs["retimed"] == pytest.approx(80.0)
+    assert ratios["kernel_tuner"] == pytest.approx(2.0)
+    kt, ours = rows
+    assert kt["stopwatch_scale"] == pytest.approx(2.0)
+    assert ours["stopwatch_scale"] == 1.0  # timed by the shared harness already
+    assert kt["trials_to_95"] == 2 and kt["wall_to_95"] == 2.0  # 40 x 2 >= 76
+    assert ours["trials_to_95"] == 3
+    assert kt["trials_to_95_own"] is None  # unscaled, 40 never reaches 95% of 90
+    assert kt["best_at_16"] == 40.0 and ours["retimed_gflops"] == pytest.approx(78.0)
+    summary = peers.table(rows, vendor_gflops=100.0, trials=3)
+    assert [e["tuner"] for e in summary] == ["kt-random_sample", "autosched-model"]
+    assert summary[0]["of_vendor"] == pytest.approx(0.8)
+    assert summary[0]["reached_95"] == "1/1"
+
+
+def test_conv2d_vendor_im2col_matches_the_reference():
+    wl = workload("conv2d", n=1, c=4, h=7, w=6, k=3, r=3, s=3, stride=2, pad=1)
+    inputs = wl.make_inputs(np.random.default_rng(0))
+    out = peers.conv2d_im2col(inputs["data"], inputs["weight"], **wl.params)
+    np.testing.assert_allclose(out, wl.reference(inputs)["conv2d"], rtol=1e-5, atol=1e-5)
