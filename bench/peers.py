@@ -668,20 +668,22 @@ def plot(rows: Sequence[dict], path: Path, *, title: str, vendor_gflops: float |
             n = min(len(c) for c in curves)
             mean = np.mean([c[:n] for c in curves], axis=0)
             ax_t.step(np.arange(1, n + 1), mean, where="post", color=color, lw=2, label=tuner)
-            ax_w.plot([], [], color=color, lw=2, label=tuner)
     for ax in (ax_t, ax_w):
         if vendor_gflops:
-            ax.axhline(vendor_gflops, color="k", ls="--", lw=1, label="numpy/OpenBLAS")
+            label = "vendor library" if ax is ax_t else None
+            ax.axhline(vendor_gflops, color="k", ls="--", lw=1, label=label)
         ax.grid(alpha=0.3)
     ax_t.set_xlabel("trials")
     ax_w.set_xscale("log")
     ax_w.set_xlabel("wall seconds since the tuner started (log)")
-    ax_t.set_ylabel("best-so-far GFLOP/s (on the shared re-timing's scale)")
+    ax_t.set_ylabel("best-so-far GFLOP/s (Kernel Tuner rescaled to the shared harness)")
     ax_t.set_title("mean over seeds (bold), each seed (faint)")
     ax_w.set_title("each seed")
-    ax_w.legend(loc="lower right", fontsize=8)
+    # Below the panels: inside, the legend hides curves.
+    handles, labels = ax_t.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(labels) - 1) // 5), 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
     plt.close(fig)
