@@ -787,6 +787,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         "config re-timed / its own figure) against 95% of the best retimed_gflops of any run; "
         "*_own: unscaled curve against 95% of the best own figure",
     ]
+    if any(TUNERS[n][0] == "kernel_tuner" for n in names):
+        notes.append(
+            "Kernel Tuner's trials are its evaluations (max_fevals), repeats of a config served "
+            "from its cache included; info.unique_configs counts distinct configs. It is seeded "
+            "through Python's and numpy's global generators (tune_kernel ignores seed=)"
+        )
     kt_ok = wl.op == "matmul" and wl.params.get("epilogue", "none") == "none"
     if not kt_ok and any(TUNERS[n][0] == "kernel_tuner" for n in names):
         notes.append(
