@@ -883,7 +883,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "@N, best: own measurements; retimed: the same harness for all, interleaved; "
         "vendor: retimed / vendor in the re-timing;\n"
         f"t95: trials to 95% of the best retimed figure ({_fmt(refs['retimed'], 0)} GFLOP/s), "
-        "on each run's curve scaled to the re-timing; reach: runs that got there; "
+        "Kernel Tuner's curves rescaled to the shared harness; reach: runs that got there; "
         "t95 s: their wall seconds"
     )
     print(f"total {total_s:.0f} s (tuning {tuning_s:.0f} s)")
