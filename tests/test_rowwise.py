@@ -280,3 +280,45 @@ def test_a_short_tuning_run_beats_the_default(tmp_path, name, target):
         result.default.gflops,
         result.best.config,
     )
+
+
+# -- vector math ------------------------------------------------------------------------
+
+
+def test_vector_exp_and_erf_on_llvm_are_accurate(cpu):
+    import tvm
+    from scipy.special import erf
+    from tvm import te
+    from tvm.s_tir import Schedule
+
+    from autosched.space.rowwise_schedule import vector_math
+
+    vector_math()
+    n = 1 << 16
+    x = te.placeholder((n,), "float32", name="x")
+    y = te.compute((n,), lambda i: te.exp(x[i]), name="y")
+    z = te.compute((n,), lambda i: tvm.tirx.erf(x[i]), name="z")
+    sch = Schedule(te.create_prim_func([x, y, z]))
+    for name in ("y", "z"):
+        (loop,) = sch.get_loops(sch.get_sblock(name))
+        sch.vectorize(sch.split(loop, [None, 16])[1])
+    lib = tvm.compile(sch.mod, target=tvm.target.Target(cpu.tvm_target()))
+    xs = np.concatenate(
+        [np.linspace(-87, 88, n - 6, dtype=np.float32), [-100, -88, 89, 100, 0, np.nan]]
+    ).astype(np.float32)
+    dev = tvm.cpu(0)
+    out = [tvm.runtime.tensor(np.zeros(n, np.float32), dev) for _ in range(2)]
+    lib["main"](tvm.runtime.tensor(xs, dev), *out)
+    got_exp, got_erf = (o.numpy() for o in out)
+    x64 = xs.astype(np.float64)
+    with np.errstate(over="ignore"):
+        want_exp = np.exp(x64).astype(np.float32)
+    finite = np.isfinite(want_exp) & (want_exp > np.finfo(np.float32).tiny)
+    ulp = np.spacing(want_exp[finite])
+    assert np.max(np.abs(got_exp[finite] - np.exp(x64[finite])) / ulp) <= 2
+    assert got_exp[-6] == 0 and got_exp[-5] == 0 and np.isinf(got_exp[-4]) and np.isnan(got_exp[-1])
+    want_erf = erf(x64)
+    ulp = np.spacing(np.abs(want_erf).astype(np.float32)).astype(np.float64)
+    ok = ~np.isnan(xs)
+    assert np.max(np.abs(got_erf[ok] - want_erf[ok]) / ulp[ok]) <= 8
+    assert np.isnan(got_erf[-1])

@@ -25,9 +25,14 @@ Knobs for ``target="opencl"`` on a nest with reductions:
 * ``vec``: explicit vector width along the columns (``float16`` and friends). A
   reduction is split into ``vec`` partial results (``rfactor``), computed with vector
   instructions and reduced at the end; maps are vectorised directly.
-* ``unroll``: unroll factor of each work-item's loop over its columns.
+* ``unroll``: unroll factor of each work-item's loop over its vectors of columns (1, 2,
+  4, 8, the small divisors of the columns, and the whole row when it has at most 64
+  columns); it must divide that loop's extent.
 * ``fuse.<stage>`` for each stage that is not an output: True fuses it into the kernel
   that reads it (see above), False gives it its own kernel.
+
+In group mode every kernel of the config, map kernels included, is one work-group per
+row with the columns split over its work-items.
 
 Knobs for ``target="opencl"`` on an elementwise nest (no reduction): ``threads``
 (work-items per group), ``per_item`` (consecutive columns each work-item computes),
@@ -39,6 +44,12 @@ parallel tasks of this many rows, each row's stages computed together in the tas
 ``vec`` (LLVM vector instructions along the columns, reductions split into ``vec``
 partial results as on OpenCL), ``unroll`` and the ``fuse.<stage>`` knobs (an unfused
 stage is its own parallel loop over a global intermediate).
+
+The default (:meth:`RowSpace.default`) is what TVM's default schedules do: every stage
+fused into one kernel (softmax's ``exp`` inlined into the row sum and the output, the
+reductions computed per row), no vectors, no unrolling; OpenCL: one row per work-item
+and up to 64 rows per work-group (elementwise: one element per work-item, 64 per group,
+TVM's default injective schedule); llvm: one row per parallel task.
 """
 
 from __future__ import annotations

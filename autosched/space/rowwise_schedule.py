@@ -90,7 +90,8 @@ def vector_math() -> None:
         return scalar_exp(call)
 
     tvm.ir.register_op_attr("tirx.erf", "llvm.FLowerIntrinsic", lower_erf, level=20)
-    tvm.ir.register_op_attr("tirx.exp", "llvm.FLowerIntrinsic", lower_exp, level=20)
+    if scalar_exp is not None:
+        tvm.ir.register_op_attr("tirx.exp", "llvm.FLowerIntrinsic", lower_exp, level=20)
     _VECTOR_MATH_READY = True
 
 
@@ -135,15 +136,15 @@ def _erf_rational(x, dtype: str):
     def c(v: float):
         return tirx.const(v, dtype)
 
-    x = tirx.max(tirx.min(x, c(4.0)), c(-4.0))
-    x2 = x * x
+    xc = tirx.max(tirx.min(x, c(4.0)), c(-4.0))
+    x2 = xc * xc
     num = c(_ERF_NUM[0])
     for coef in _ERF_NUM[1:]:
         num = num * x2 + c(coef)
     den = c(_ERF_DEN[0])
     for coef in _ERF_DEN[1:]:
         den = den * x2 + c(coef)
-    return x * num / den
+    return tirx.Select(tirx.isnan(x), x, xc * num / den)
 
 
 def _exp_cephes(x, dtype: str):
@@ -166,7 +167,7 @@ def _exp_cephes(x, dtype: str):
     # Past the normal range: 0 below, infinity above, NaN stays NaN.
     out = tirx.Select(x < c(_EXP_MIN), c(0.0), out)
     out = tirx.Select(x > c(_EXP_MAX), c(float("inf")), out)
-    return tirx.Select(x != x, x, out)
+    return tirx.Select(tirx.isnan(x), x, out)
 
 
 def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
