@@ -14,8 +14,8 @@ Tuners (``--tuners`` picks a subset; every one gets the same trial budget and se
 - ``ms-llvm``, ``ms-opencl``: TVM MetaSchedule (``tune_tir``, XGBoost cost model) on llvm
   with its own runner, and on OpenCL through autosched's pyopencl measurement worker.
 
-The vendor library (numpy/OpenBLAS; im2col + OpenBLAS for conv2d) is timed first, in a
-separate process. After all runs, every run's best few programs are timed again by one
+The vendor library (``autosched.report.vendor``'s numpy baseline: OpenBLAS sgemm for
+matmul, im2col + sgemm for conv2d) is timed first, in a separate process. After all runs, every run's best few programs are timed again by one
 harness (autosched's measurement worker: blocking waits, the same warm-up and repeats),
 interleaved round-robin with the vendor library, so no comparison is decided by a tool's
 own stopwatch (Kernel Tuner's busy-polling loop reads 20-45% slow on a CPU device). A
@@ -340,77 +340,45 @@ def _quiet_metaschedule() -> None:
 
 
 def _vendor_child(conn, workload_json: dict, seed: int) -> None:
-    from autosched.ops import workload_from_json
+    from threadpoolctl import threadpool_limits
 
-    wl = workload_from_json(workload_json)
-    fn = vendor_function(wl, wl.make_inputs(np.random.default_rng([seed, 0x5EED])))
+    from autosched.report.vendor import vendor_callable
+
+    fn, inputs = vendor_callable(workload_json, seed=seed)
+
+    def sample(min_time_s: float, min_repeats: int, warmup: int) -> list[float]:
+        for _ in range(warmup):
+            fn(**inputs)
+        times: list[float] = []
+        while len(times) < min_repeats or sum(times) < min_time_s:
+            t = time.perf_counter()
+            fn(**inputs)
+            times.append(time.perf_counter() - t)
+        return times
+
     while True:
         msg = conn.recv()
         if msg[0] == "stop":
             return
-        _, min_time_s, min_repeats, warmup = msg
-        for _ in range(warmup):
-            fn()
-        times: list[float] = []
-        while len(times) < min_repeats or sum(times) < min_time_s:
-            t = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t)
-        conn.send(times)
-
-
-def vendor_function(wl, inputs: dict[str, np.ndarray]):
-    """The vendor library's call for this workload (numpy -> OpenBLAS), or None."""
-    if wl.op == "matmul":
-        a, b = inputs["A"], inputs["B"]
-        if wl.epilogue == "none":
-            return lambda: a @ b
-        bias = inputs["bias"]
-        if wl.epilogue == "bias":
-            return lambda: a @ b + bias
-        return lambda: np.maximum(a @ b + bias, 0.0)
-    if wl.op == "conv2d" and wl.params.get("groups", 1) == 1:
-        prm = dict(wl.params)
-        data, weight = inputs["data"], inputs["weight"]
-        return lambda: conv2d_im2col(data, weight, **prm)
-    return None
+        # As autosched.report.vendor times it: the BLAS's own threads and one thread, the
+        # faster counts (a BLAS spinning its threads on busy cores can be far slower).
+        default = sample(*msg[1:])
+        with threadpool_limits(limits=1, user_api="blas"):
+            single = sample(*msg[1:])
+        if np.median(single) < np.median(default):
+            conn.send((single, "1 thread"))
+        else:
+            conn.send((default, "the BLAS's default threads"))
 
 
 def vendor_name(wl) -> str | None:
-    if wl.op == "matmul":
-        return "numpy @ (OpenBLAS sgemm)"
-    if wl.op == "conv2d" and wl.params.get("groups", 1) == 1:
-        return "numpy im2col + @ (OpenBLAS sgemm)"
-    return None
+    """What the vendor baseline is (autosched.report.vendor's numpy call), or None."""
+    from autosched.report.vendor import VENDOR_OPS
 
-
-def conv2d_im2col(data, weight, *, stride=1, pad=0, dilation=1, layout="NCHW", **_) -> np.ndarray:
-    """A 2-D convolution the way a numpy user writes it: im2col, then one sgemm.
-
-    NCHW: ``data[n, c, h, w]``, ``weight[k, c, r, s]``; NHWC: ``data[n, h, w, c]``,
-    ``weight[r, s, c, k]`` (autosched's conv2d layouts, groups = 1).
-    """
-    from numpy.lib.stride_tricks import sliding_window_view
-
-    hw = (2, 3) if layout == "NCHW" else (1, 2)
-    widths = [(0, 0)] * 4
-    for ax in hw:
-        widths[ax] = (pad, pad)
-    x = np.pad(data, widths) if pad else data
-    r, s = (weight.shape[2], weight.shape[3]) if layout == "NCHW" else weight.shape[:2]
-    span = ((r - 1) * dilation + 1, (s - 1) * dilation + 1)
-    win = sliding_window_view(x, span, axis=hw)
-    if layout == "NCHW":  # (n, c, p, q, r, s) -> (n, p, q, c, r, s)
-        win = win[:, :, ::stride, ::stride, ::dilation, ::dilation].transpose(0, 2, 3, 1, 4, 5)
-        n, p, q = win.shape[:3]
-        cols = np.ascontiguousarray(win).reshape(n * p * q, -1)
-        out = cols @ weight.reshape(weight.shape[0], -1).T
-        return out.reshape(n, p, q, -1).transpose(0, 3, 1, 2)
-    # NHWC: (n, p, q, c, r, s) -> (n, p, q, r, s, c)
-    win = win[:, ::stride, ::stride, :, ::dilation, ::dilation].transpose(0, 1, 2, 4, 5, 3)
-    n, p, q = win.shape[:3]
-    cols = np.ascontiguousarray(win).reshape(n * p * q, -1)
-    return (cols @ weight.reshape(-1, weight.shape[-1])).reshape(n, p, q, -1)
+    if wl.op not in VENDOR_OPS:
+        return None
+    blas = _versions().get("numpy_blas") or "numpy's BLAS"
+    return f"numpy baseline of {wl.op} (autosched.report.vendor; {blas})"
 
 
 class Vendor:
@@ -424,10 +392,14 @@ class Vendor:
         )
         self._proc.start()
         child.close()
+        self.threads = ""
 
     def latencies(self, *, min_time_s: float, min_repeats: int, warmup: int) -> list[float]:
+        """Timed calls (seconds) with the faster of the BLAS's threads and one thread;
+        ``threads`` says which."""
         self._conn.send(("time", min_time_s, min_repeats, warmup))
-        return self._conn.recv()
+        times, self.threads = self._conn.recv()
+        return times
 
     def close(self) -> None:
         try:
@@ -808,11 +780,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     vendor = Vendor(wl) if vendor_name(wl) else None
-    vendor_first = None
+    vendor_first = vendor_threads = None
     if vendor is not None:
         lat = vendor.latencies(min_time_s=1.0, min_repeats=50, warmup=10)
         vendor_first = wl.flops() / float(np.median(lat)) / 1e9
-        print(f"vendor {vendor_name(wl)}: {vendor_first:.1f} GFLOP/s", file=sys.stderr)
+        vendor_threads = vendor.threads
+        print(
+            f"vendor {vendor_name(wl)}: {vendor_first:.1f} GFLOP/s ({vendor_threads})",
+            file=sys.stderr,
+        )
     else:
         notes.append(f"no vendor library figure for {wl.op}")
 
@@ -915,6 +891,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "quick": args.quick,
         "vendor": vendor_name(wl),
         "vendor_gflops": vendor_first,
+        "vendor_threads": vendor_threads,
         "vendor_gflops_retimed": vendor_retimed,
         "reference_gflops": refs,
         "stopwatch_ratios": ratios,
