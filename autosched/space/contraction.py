@@ -67,6 +67,11 @@ from autosched.space.space import UNROLLS, VECTOR_WIDTHS, Knob, Space
 from autosched.space.space import divisors as _divisors
 
 MAX_REG_ELEMS = 256  # accumulators per work-item; past this every device spills
+# Vector statements in the fully unrolled body of one reduction step (register tile /
+# vec, times the unrolled reduction iterations). Past this the kernel source runs to
+# thousands of lines: a conv2d config with 1024 took 8 s in TVM and 27 s in PoCL's
+# compiler for 2.6 GFLOP/s, and the fastest configs measured stay under 128.
+MAX_UNROLLED_BODY = 512
 MAX_REG_PER_AXIS = 64
 MAX_THREADS_PER_AXIS = 256
 MAX_CHUNK = 64
@@ -172,6 +177,11 @@ class ContractionSpace(Space):
     def reg_elems(self, config: Config) -> int:
         return math.prod(config[f"tile.{a.name}"][1] for a in self.nest.spatial)
 
+    def unrolled_body(self, config: Config) -> int:
+        """Vector statements in one fully unrolled reduction step of a work-item or task."""
+        unroll = math.prod(config[f"tile.{a.name}"][1] for a in self.nest.reduction)
+        return self.reg_elems(config) // config["vec"] * unroll
+
     def groups(self, config: Config) -> int:
         """Work-groups (OpenCL) or parallel tasks (llvm): the blocks the output is cut into."""
         return math.prod(
@@ -228,6 +238,9 @@ class ContractionSpace(Space):
             return f"work-group of {threads} work-items exceeds the device limit {self.limits.max_work_group_size}"
         if self.reg_elems(config) > MAX_REG_ELEMS:
             return f"register tile of {self.reg_elems(config)} accumulators exceeds {MAX_REG_ELEMS}"
+        body = self.unrolled_body(config)
+        if body > MAX_UNROLLED_BODY:
+            return f"unrolled body of {body} vector statements exceeds {MAX_UNROLLED_BODY}"
         inner = self.nest.spatial[-1]
         if config[f"tile.{inner.name}"][1] % config["vec"]:
             return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
@@ -241,6 +254,9 @@ class ContractionSpace(Space):
     def _check_cpu(self, config: Config) -> str | None:
         if self.reg_elems(config) > MAX_REG_ELEMS:
             return f"register tile of {self.reg_elems(config)} accumulators exceeds {MAX_REG_ELEMS}"
+        body = self.unrolled_body(config)
+        if body > MAX_UNROLLED_BODY:
+            return f"unrolled body of {body} vector statements exceeds {MAX_UNROLLED_BODY}"
         inner = self.nest.spatial[-1]
         if config[f"tile.{inner.name}"][1] % config["vec"]:
             return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
