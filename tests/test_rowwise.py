@@ -291,7 +291,7 @@ def test_vector_exp_and_erf_on_llvm_are_accurate(cpu):
     from tvm import te
     from tvm.s_tir import Schedule
 
-    from autosched.space.rowwise_schedule import vector_math
+    from autosched.space.vector_math import vector_math
 
     vector_math()
     n = 1 << 16

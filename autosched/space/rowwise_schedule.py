@@ -14,8 +14,8 @@ The same steps serve both targets:
 In group mode the last step of each reduction has its loop over work-items bound to
 ``threadIdx.x``, which TVM lowers to a tree all-reduce through local memory.
 
-Vectors pay only if the math in them stays vectorised: :func:`vector_math` fills two
-gaps of TVM 0.27 (``erf`` is scalarised everywhere, ``exp`` and ``erf`` per lane on LLVM).
+Vectors pay only if the math in them stays vectorised: see
+:mod:`autosched.space.vector_math`, which every family's schedules get.
 """
 
 from __future__ import annotations
@@ -37,141 +37,7 @@ class _Reduction:
     partials: list = field(default_factory=list)  # [lanes (vec), threads (group mode)]
 
 
-_VECTOR_MATH_READY = False
-
-
-def vector_math() -> None:
-    """Vector ``exp`` and ``erf`` where TVM 0.27 lacks them (once per process).
-
-    * ``erf`` is not marked vectorisable, so TVM scalarises any vectorised loop that
-      calls it (a GELU): on PoCL a scalar ``erf`` costs ~30 ns per element, one of a
-      ``float16`` ~2 ns. OpenCL C has ``erf`` for every vector type, so marking it is
-      all OpenCL needs.
-    * LLVM has no vector ``exp`` or ``erf``: it calls libm once per lane, so vectors
-      bought nothing for softmax or GELU on the llvm target. A float32 vector ``exp``
-      now becomes Cephes' ``expf`` (range reduction and a degree-6 polynomial, within
-      1 ulp), a float32 vector ``erf`` Eigen's rational approximation (within 8 ulp,
-      where OpenCL C allows 16); scalars and other types keep libm.
-
-    This changes TVM's operator table for every later build in the process, whatever
-    the family; it belongs with the build's target setup once other families want it.
-    """
-    global _VECTOR_MATH_READY
-    if _VECTOR_MATH_READY:
-        return
-    import tvm
-    from tvm import tirx
-
-    erf = tvm.ir.Op.get("tirx.erf")
-    if erf.get_attr("TVectorizable") is None:
-        tvm.ir.register_op_attr("tirx.erf", "TVectorizable", True)
-    scalar_erf = erf.get_attr("llvm.FLowerIntrinsic") or erf.get_attr("default.FLowerIntrinsic")
-
-    def lower_erf(call):
-        dtype = _dtype(call)
-        (x,) = call.args
-        if dtype.lanes > 1 and dtype.bits == 32:
-            return _erf_rational(x, str(dtype))
-        if dtype.lanes == 1:
-            return scalar_erf(call)
-        scalar = f"float{dtype.bits}"
-        name = "erff" if dtype.bits == 32 else "erf"
-        lanes = [
-            tirx.call_pure_extern(scalar, name, tirx.Shuffle([x], [i])) for i in range(dtype.lanes)
-        ]
-        return tirx.Shuffle(lanes, list(range(dtype.lanes)))
-
-    scalar_exp = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
-
-    def lower_exp(call):
-        dtype = _dtype(call)
-        if dtype.lanes > 1 and dtype.bits == 32:
-            return _exp_cephes(call.args[0], str(dtype))
-        return scalar_exp(call)
-
-    tvm.ir.register_op_attr("tirx.erf", "llvm.FLowerIntrinsic", lower_erf, level=20)
-    if scalar_exp is not None:
-        tvm.ir.register_op_attr("tirx.exp", "llvm.FLowerIntrinsic", lower_exp, level=20)
-    _VECTOR_MATH_READY = True
-
-
-def _dtype(call):
-    import tvm
-
-    return tvm.DataType(str(getattr(call, "dtype", None) or call.ty))
-
-
-# Eigen's rational approximation of erf on [-4, 4] (TVM's ``topi.fast_erf``).
-_ERF_NUM = (
-    -2.72614225801306e-10,
-    2.77068142495902e-08,
-    -2.10102402082508e-06,
-    -5.69250639462346e-05,
-    -7.34990630326855e-04,
-    -2.95459980854025e-03,
-    -1.60960333262415e-02,
-)
-_ERF_DEN = (
-    -1.45660718464996e-05,
-    -2.13374055278905e-04,
-    -1.68282697438203e-03,
-    -7.37332916720468e-03,
-    -1.42647390514189e-02,
-)
-# Cephes' expf: exp(x) = 2^n * exp(r), r = x - n ln2 in two parts, exp(r) a polynomial.
-_EXP_POLY = (
-    1.9875691500e-4,
-    1.3981999507e-3,
-    8.3334519073e-3,
-    4.1665795894e-2,
-    1.6666665459e-1,
-    5.0000001201e-1,
-)
-_EXP_MIN, _EXP_MAX = -87.33654, 88.72283  # the normal float32 range of exp
-
-
-def _erf_rational(x, dtype: str):
-    from tvm import tirx
-
-    def c(v: float):
-        return tirx.const(v, dtype)
-
-    xc = tirx.max(tirx.min(x, c(4.0)), c(-4.0))
-    x2 = xc * xc
-    num = c(_ERF_NUM[0])
-    for coef in _ERF_NUM[1:]:
-        num = num * x2 + c(coef)
-    den = c(_ERF_DEN[0])
-    for coef in _ERF_DEN[1:]:
-        den = den * x2 + c(coef)
-    return tirx.Select(tirx.isnan(x), x, xc * num / den)
-
-
-def _exp_cephes(x, dtype: str):
-    import tvm
-    from tvm import tirx
-
-    def c(v: float):
-        return tirx.const(v, dtype)
-
-    lanes = tvm.DataType(dtype).lanes
-    xc = tirx.max(tirx.min(x, c(_EXP_MAX)), c(_EXP_MIN))
-    n = tirx.floor(xc * c(1.44269504088896341) + c(0.5))
-    r = xc - n * c(0.693359375) - n * c(-2.12194440e-4)
-    poly = c(_EXP_POLY[0])
-    for coef in _EXP_POLY[1:]:
-        poly = poly * r + c(coef)
-    y = poly * r * r + r + c(1.0)
-    scale = tirx.reinterpret(dtype, (n.astype(f"int32x{lanes}") + 127) << 23)
-    out = y * scale
-    # Past the normal range: 0 below, infinity above, NaN stays NaN.
-    out = tirx.Select(x < c(_EXP_MIN), c(0.0), out)
-    out = tirx.Select(x > c(_EXP_MAX), c(float("inf")), out)
-    return tirx.Select(tirx.isnan(x), x, out)
-
-
 def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
-    vector_math()
     nest = space.nest
     kernels = space.kernels(config)
     for block in nest.blocks:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from autosched.errors import ScheduleError
 from autosched.space.config import Config
 from autosched.space.space import Space
+from autosched.space.vector_math import vector_math
 
 if TYPE_CHECKING:
     import tvm
@@ -48,6 +49,7 @@ def apply(sch, space: Space, config: Config) -> None:
     The function may come from another front end (Relax): only the block and buffer
     names of ``space.nest`` are used to find things.
     """
+    vector_math()
     try:
         space.apply(sch, config)
     except Exception as exc:  # TVM raises its own error types; keep the message
