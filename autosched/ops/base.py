@@ -85,6 +85,13 @@ class Workload:
             shown.append(text)
         return ", ".join(shown)
 
+    def __getattr__(self, name: str) -> Any:
+        """Parameters read as attributes: ``workload("matmul", ...).K``."""
+        params = self.__dict__.get("params")
+        if params is not None and name in params:
+            return params[name]
+        raise AttributeError(f"{type(self).__name__} has no attribute {name!r}")
+
     # -- identity --------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "params": self.params, "dtype": self.dtype}

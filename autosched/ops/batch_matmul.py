@@ -22,22 +22,6 @@ class BatchMatmul(Workload):
         params = {name: integer(self.op, name, v) for name, v in zip(names, (b, m, n, k))}
         super().__init__(params, dtype=dtype)
 
-    @property
-    def b(self) -> int:
-        return self.params["b"]
-
-    @property
-    def m(self) -> int:
-        return self.params["m"]
-
-    @property
-    def n(self) -> int:
-        return self.params["n"]
-
-    @property
-    def k(self) -> int:
-        return self.params["k"]
-
     def stages(self) -> Stages:
         from tvm import te
 

@@ -38,22 +38,6 @@ class Dense(Workload):
         }
         super().__init__(params, dtype=dtype)
 
-    @property
-    def m(self) -> int:
-        return self.params["m"]
-
-    @property
-    def n(self) -> int:
-        return self.params["n"]
-
-    @property
-    def k(self) -> int:
-        return self.params["k"]
-
-    @property
-    def epilogue(self) -> str:
-        return self.params["epilogue"]
-
     def stages(self) -> Stages:
         from tvm import te
 

@@ -67,14 +67,6 @@ class Elementwise(Workload):
         super().__init__(params, dtype=dtype)
 
     @property
-    def rows(self) -> int:
-        return self.params["rows"]
-
-    @property
-    def cols(self) -> int:
-        return self.params["cols"]
-
-    @property
     def ops(self) -> tuple[str, ...]:
         return tuple(self.params["ops"].split("+"))
 

@@ -32,22 +32,6 @@ class Matmul(Workload):
         }
         super().__init__(params, dtype=dtype)
 
-    @property
-    def M(self) -> int:
-        return self.params["M"]
-
-    @property
-    def N(self) -> int:
-        return self.params["N"]
-
-    @property
-    def K(self) -> int:
-        return self.params["K"]
-
-    @property
-    def epilogue(self) -> str:
-        return self.params["epilogue"]
-
     def stages(self) -> Stages:
         from tvm import te
 

@@ -30,14 +30,6 @@ class _Rowwise(Workload):
         }
         super().__init__({**params, **options}, dtype=dtype)
 
-    @property
-    def rows(self) -> int:
-        return self.params["rows"]
-
-    @property
-    def cols(self) -> int:
-        return self.params["cols"]
-
     def _uniform(self, rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
         return rng.uniform(-1, 1, shape).astype(self.dtype)
 
@@ -169,10 +161,6 @@ class Reduce(_Rowwise):
 
     def __init__(self, rows: int, cols: int, *, kind: str, dtype: str = "float32") -> None:
         super().__init__(rows, cols, dtype=dtype, kind=one_of("reduce", "kind", kind, KINDS))
-
-    @property
-    def kind(self) -> str:
-        return self.params["kind"]
 
     def stages(self) -> Stages:
         from tvm import te

@@ -108,24 +108,29 @@ class ContractionSpace(Space):
                 if r <= MAX_REG_PER_AXIS
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
+        knobs += self._reduction_and_vec_knobs(MAX_CHUNK)
+        for acc in self.nest.inputs:
+            knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
+        return knobs + self._fusion_knobs()
+
+    def _reduction_and_vec_knobs(self, max_chunk: int) -> list[Knob]:
+        knobs = []
         for ax in self.nest.reduction:
             pairs = [
                 (c, u)
                 for c in _divisors(ax.extent)
-                if c <= MAX_CHUNK
+                if c <= max_chunk
                 for u in UNROLLS
                 if c % u == 0
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
         inner = self.nest.spatial[-1].extent
         knobs.append(Knob("vec", tuple(v for v in VECTOR_WIDTHS if inner % v == 0)))
-        for acc in self.nest.inputs:
-            knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
-        if self.nest.epilogue:
-            knobs.append(Knob("fuse", (True, False)))
-        for name in self.nest.produced:
-            knobs.append(Knob(f"fuse.{name}", (True, False)))
         return knobs
+
+    def _fusion_knobs(self) -> list[Knob]:
+        knobs = [Knob("fuse", (True, False))] if self.nest.epilogue else []
+        return knobs + [Knob(f"fuse.{name}", (True, False)) for name in self.nest.produced]
 
     def _make_cpu_knobs(self) -> list[Knob]:
         knobs = []
@@ -137,28 +142,14 @@ class ContractionSpace(Space):
                 for m in _divisors(ax.extent // r)
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(sorted(pairs))))
-        for ax in self.nest.reduction:
-            pairs = [
-                (c, u)
-                for c in _divisors(ax.extent)
-                if c <= MAX_CHUNK_CPU
-                for u in UNROLLS
-                if c % u == 0
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
-        inner = self.nest.spatial[-1].extent
-        knobs.append(Knob("vec", tuple(v for v in VECTOR_WIDTHS if inner % v == 0)))
+        knobs += self._reduction_and_vec_knobs(MAX_CHUNK_CPU)
         if self.nest.reduction:
             knobs.append(Knob("reduce_at", REDUCE_AT))
         knobs.append(Knob("tile_inner", tuple(a.name for a in self.nest.spatial)))
         if self.nest.reduction:
             for acc in self.nest.inputs:
                 knobs.append(Knob(f"stage.{acc.buffer}", STAGES_CPU))
-        if self.nest.epilogue:
-            knobs.append(Knob("fuse", (True, False)))
-        for name in self.nest.produced:
-            knobs.append(Knob(f"fuse.{name}", (True, False)))
-        return knobs
+        return knobs + self._fusion_knobs()
 
     # -- queries --------------------------------------------------------------------
     def scratch(self, config: Config) -> tuple[str, ...]:

@@ -56,18 +56,18 @@ def _place_producers(sch, nest, config: Config, staged: str) -> dict[str, object
     return into_staging
 
 
-def _unfused_producers(sch, nest, config: Config) -> list:
-    return [
-        sch.get_sblock(name)
-        for name in nest.producers
-        if sch.get(sch.get_sblock(name)).writes[0].source.name in nest.produced
-        and not config[f"fuse.{sch.get(sch.get_sblock(name)).writes[0].source.name}"]
-    ]
+def _separate_blocks(sch, nest, config: Config) -> list:
+    """Blocks that ``config`` runs as kernels (llvm: parallel loops) of their own: unfused
+    producers and an unfused epilogue."""
+    blocks = [b for name, b in _producer_blocks(sch, nest).items() if not config[f"fuse.{name}"]]
+    if nest.epilogue and not config.get("fuse", True):
+        blocks += [sch.get_sblock(name) for name in nest.epilogue]
+    return blocks
 
 
 def _apply(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    separate = _unfused_producers(sch, nest, config)
+    separate = _separate_blocks(sch, nest, config)
     into_staging = _place_producers(sch, nest, config, "local")
     block = sch.get_sblock(nest.main)
     loops = sch.get_loops(block)
@@ -132,11 +132,8 @@ def _apply(sch, space: Space, config: Config) -> None:
     for lp in wb_loops:
         sch.unroll(lp)
 
-    if nest.epilogue and not config.get("fuse", True):
-        for name in nest.epilogue:
-            _schedule_elementwise(sch, sch.get_sblock(name), vec)
-    for producer in separate:
-        _schedule_elementwise(sch, producer, vec)
+    for own in separate:
+        _schedule_elementwise(sch, own, vec)
 
     if vec > 1:
         sch.vectorize(vec_loop)
@@ -165,7 +162,7 @@ def _schedule_elementwise(sch, block, vec: int) -> None:
 
 def _apply_cpu(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    separate = _unfused_producers(sch, nest, config)
+    separate = _separate_blocks(sch, nest, config)
     into_staging = _place_producers(sch, nest, config, "pack")
     block = sch.get_sblock(nest.main)
     by_axis = dict(zip((a.name for a in nest.axes), sch.get_loops(block)))
@@ -226,11 +223,8 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
         for lp in wb_loops:
             sch.unroll(lp)
 
-    if nest.epilogue and not config.get("fuse", True):
-        for name in nest.epilogue:
-            _schedule_elementwise_cpu(sch, sch.get_sblock(name), vec)
-    for producer in separate:
-        _schedule_elementwise_cpu(sch, producer, vec)
+    for own in separate:
+        _schedule_elementwise_cpu(sch, own, vec)
 
     sch.parallel(par)
     if vec > 1:
