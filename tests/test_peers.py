@@ -181,7 +181,7 @@ def _run(tuner, own, retimed_latency, *, seed=0):
     return run
 
 
-def test_summary_scales_only_kernel_tuners_stopwatch_and_measures_95_on_the_shared_clock():
+def test_summary_scales_the_peers_stopwatch_and_measures_95_on_the_shared_clock():
     flops = 100e9  # GFLOP/s = 100 / latency
     runs = [
         # Kernel Tuner reads 2x slow: own best 40, re-timed 80.
@@ -191,7 +191,7 @@ def test_summary_scales_only_kernel_tuners_stopwatch_and_measures_95_on_the_shar
     ]
     rows, refs, ratios = peers.summarize(runs, flops)
     assert refs["retimed"] == pytest.approx(80.0)
-    assert ratios["kernel_tuner"] == pytest.approx(2.0)
+    assert ratios["kernel_tuner/opencl"] == pytest.approx(2.0)
     kt, ours = rows
     assert kt["stopwatch_scale"] == pytest.approx(2.0)
     assert ours["stopwatch_scale"] == 1.0  # timed by the shared harness already
@@ -203,6 +203,16 @@ def test_summary_scales_only_kernel_tuners_stopwatch_and_measures_95_on_the_shar
     assert [e["tuner"] for e in summary] == ["kt-random_sample", "autosched-model"]
     assert summary[0]["of_vendor"] == pytest.approx(0.8)
     assert summary[0]["reached_95"] == "1/1"
+    # Against the best on the run's own target (both opencl here: the same reference).
+    assert peers.add_same_target_t95(rows) == {"opencl": pytest.approx(80.0)}
+    assert kt["trials_to_95_target"] == 2 and ours["trials_to_95_target"] == 3
+    # Recomputed from the JSON rows alone (--resummarize), the figures are the same.
+    again = [dict(r, trials_to_95=None, wall_to_95=None, stopwatch_scale=None) for r in rows]
+    ratios_again, ref_again = peers.rescale_rows(again)
+    assert ref_again == pytest.approx(80.0)
+    assert ratios_again["kernel_tuner/opencl"] == pytest.approx(2.0)
+    assert [r["trials_to_95"] for r in again] == [2, 3]
+    assert [r["stopwatch_scale"] for r in again] == [pytest.approx(2.0), 1.0]
 
 
 def test_vendor_runs_in_its_own_process_and_names_the_baseline():
