@@ -154,10 +154,14 @@ class ContractionSpace(Space):
     # -- queries --------------------------------------------------------------------
     def scratch(self, config: Config) -> tuple[str, ...]:
         """Intermediates ``config`` keeps in global memory between kernels."""
-        out = [name for name in self.nest.produced if not config[f"fuse.{name}"]]
+        out = self._unfused_producers(config)
         if self.nest.epilogue and not config.get("fuse", True):
             out.append(self.nest.output)
         return tuple(out)
+
+    def _unfused_producers(self, config: Config) -> list[str]:
+        """Produced inputs whose producer ``config`` runs as its own kernel."""
+        return [name for name in self.nest.produced if not config[f"fuse.{name}"]]
 
     def threads(self, config: Config) -> int:
         """Work-items per work-group (OpenCL); 1 on llvm, where a task is one thread."""
@@ -223,18 +227,13 @@ class ContractionSpace(Space):
             if ax.extent % (t * r):
                 return f"tile.{ax.name}={t}x{r} does not divide extent {ax.extent}"
         if self.target == "llvm":
-            return self._check_cpu(config)
+            return self._check_register_tile(config)
         threads = self.threads(config)
         if threads > min(self.limits.max_work_group_size, self.limits.max_work_item_size):
             return f"work-group of {threads} work-items exceeds the device limit {self.limits.max_work_group_size}"
-        if self.reg_elems(config) > MAX_REG_ELEMS:
-            return f"register tile of {self.reg_elems(config)} accumulators exceeds {MAX_REG_ELEMS}"
-        body = self.unrolled_body(config)
-        if body > MAX_UNROLLED_BODY:
-            return f"unrolled body of {body} vector statements exceeds {MAX_UNROLLED_BODY}"
-        inner = self.nest.spatial[-1]
-        if config[f"tile.{inner.name}"][1] % config["vec"]:
-            return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
+        reason = self._check_register_tile(config)
+        if reason:
+            return reason
         local = self.local_mem_bytes(config)
         if local > self.limits.local_mem_bytes:
             return (
@@ -242,7 +241,8 @@ class ContractionSpace(Space):
             )
         return None
 
-    def _check_cpu(self, config: Config) -> str | None:
+    def _check_register_tile(self, config: Config) -> str | None:
+        """What both targets require of a work-item's (llvm: a task's) register tile."""
         if self.reg_elems(config) > MAX_REG_ELEMS:
             return f"register tile of {self.reg_elems(config)} accumulators exceeds {MAX_REG_ELEMS}"
         body = self.unrolled_body(config)
@@ -335,9 +335,7 @@ class ContractionSpace(Space):
             "local_bytes": float(self.local_mem_bytes(config)),
             "staged": float(staged),
             "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
-            "producer_kernels": float(
-                len(self.nest.produced) - sum(bool(config[f"fuse.{n}"]) for n in self.nest.produced)
-            ),
+            "producer_kernels": float(len(self._unfused_producers(config))),
             "inner_reg": float(config[f"tile.{inner.name}"][1]),
             "inner_threads": float(config[f"tile.{inner.name}"][0]),
             "group_footprint_kb": sum(
@@ -403,9 +401,7 @@ class ContractionSpace(Space):
             "local_bytes": 0.0,
             "staged": 0.0,
             "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
-            "producer_kernels": float(
-                len(self.nest.produced) - sum(bool(config[f"fuse.{n}"]) for n in self.nest.produced)
-            ),
+            "producer_kernels": float(len(self._unfused_producers(config))),
             "inner_reg": float(config[f"tile.{inner.name}"][1]),
             "inner_threads": 1.0,
             "group_footprint_kb": sum(acc.footprint(self.group_tile(config)) for acc in nest.inputs)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from autosched.errors import ScheduleError
 from autosched.space.config import Config
 
 if TYPE_CHECKING:
@@ -24,51 +23,65 @@ def apply_contraction(sch, space: Space, config: Config) -> None:
 
 
 def _producer_blocks(sch, nest) -> dict[str, object]:
-    """The producer block of each input of the main block that one computes."""
+    """The producer block of each input of the main block that one computes.
+
+    Other producers (ones that feed a producer) are inlined here: no knob places them.
+    """
     out = {}
     for name in nest.producers:
         block = sch.get_sblock(name)
         written = sch.get(block).writes[0].source.name
         if written in nest.produced:
             out[written] = block
+        else:
+            sch.compute_inline(block)
     return out
 
 
-def _place_producers(sch, nest, config: Config, staged: str) -> dict[str, object]:
-    """Inline every producer that is fused and not staged.
+def _place_producers(
+    sch, produced: dict[str, object], config: Config, staged: str
+) -> tuple[dict[str, object], list]:
+    """Place each produced input's producer per its ``fuse.<input>`` knob.
 
-    Returns the producers that are fused into staging (input buffer -> block): they
-    are computed at the staging point by the caller. Unfused producers stay blocks of
-    their own (their own kernel or loop; their output is a scratch argument).
+    Returns (the producers fused into staging, input buffer -> block: the caller
+    computes them at the staging point; the unfused ones: kernels or loops of their
+    own, whose output is a scratch argument). Fused producers that are not staged are
+    inlined into the main block's reads.
     """
-    produced = _producer_blocks(sch, nest)
-    into_staging = {}
-    for name in nest.producers:
-        block = sch.get_sblock(name)
-        buffer = sch.get(block).writes[0].source.name
-        if buffer not in produced:
+    into_staging, separate = {}, []
+    for buffer, block in produced.items():
+        if not config[f"fuse.{buffer}"]:
+            separate.append(block)
+        elif config.get(f"stage.{buffer}") == staged:
+            into_staging[buffer] = block
+        else:
             sch.compute_inline(block)
-        elif config[f"fuse.{buffer}"]:
-            if config.get(f"stage.{buffer}") == staged:
-                into_staging[buffer] = block
-            else:
-                sch.compute_inline(block)
-    return into_staging
+    return into_staging, separate
 
 
-def _separate_blocks(sch, nest, config: Config) -> list:
+def _separate_blocks(sch, nest, config: Config, producers: list) -> list:
     """Blocks that ``config`` runs as kernels (llvm: parallel loops) of their own: unfused
     producers and an unfused epilogue."""
-    blocks = [b for name, b in _producer_blocks(sch, nest).items() if not config[f"fuse.{name}"]]
     if nest.epilogue and not config.get("fuse", True):
-        blocks += [sch.get_sblock(name) for name in nest.epilogue]
-    return blocks
+        return producers + [sch.get_sblock(name) for name in nest.epilogue]
+    return producers
+
+
+def _finish_main(sch, block, nest, vec: int, vec_loop, red_outer, red_inner, regs) -> None:
+    """Vectorize and unroll the main block's loops, then split off its initialisation
+    (TVM wants ``vectorize``/``parallel`` before ``decompose_reduction``)."""
+    if vec > 1:
+        sch.vectorize(vec_loop)
+    for lp in (*red_inner, *regs):
+        sch.unroll(lp)
+    if nest.reduction:
+        sch.decompose_reduction(block, red_outer[0])
 
 
 def _apply(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    separate = _separate_blocks(sch, nest, config)
-    into_staging = _place_producers(sch, nest, config, "local")
+    into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), config, "local")
+    separate = _separate_blocks(sch, nest, config, unfused)
     block = sch.get_sblock(nest.main)
     loops = sch.get_loops(block)
     by_axis = dict(zip((a.name for a in nest.axes), loops))
@@ -135,14 +148,7 @@ def _apply(sch, space: Space, config: Config) -> None:
     for own in separate:
         _schedule_elementwise(sch, own, vec)
 
-    if vec > 1:
-        sch.vectorize(vec_loop)
-    for lp in (*red_inner, *regs):
-        sch.unroll(lp)
-    if nest.reduction:
-        sch.decompose_reduction(block, red_outer[0])
-    elif vec_loop is None:
-        raise ScheduleError("no loop to vectorize")
+    _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
 
 
 def _schedule_elementwise(sch, block, vec: int) -> None:
@@ -162,8 +168,8 @@ def _schedule_elementwise(sch, block, vec: int) -> None:
 
 def _apply_cpu(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    separate = _separate_blocks(sch, nest, config)
-    into_staging = _place_producers(sch, nest, config, "pack")
+    into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), config, "pack")
+    separate = _separate_blocks(sch, nest, config, unfused)
     block = sch.get_sblock(nest.main)
     by_axis = dict(zip((a.name for a in nest.axes), sch.get_loops(block)))
     vec = int(config["vec"])
@@ -227,12 +233,7 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
         _schedule_elementwise_cpu(sch, own, vec)
 
     sch.parallel(par)
-    if vec > 1:
-        sch.vectorize(vec_loop)
-    for lp in (*red_inner, *regs):
-        sch.unroll(lp)
-    if nest.reduction:
-        sch.decompose_reduction(block, red_outer[0])
+    _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
 
 
 def _vectorize_innermost(sch, block, vec: int) -> list:

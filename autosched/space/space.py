@@ -18,6 +18,7 @@ Sampling, mutation and crossover work on any family through the knobs and ``chec
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,9 @@ class Space:
         self.target = target
         self.limits = limits
         self.nest = self._analyze()
+        self._set_knobs()
+
+    def _set_knobs(self) -> None:
         self.knobs: tuple[Knob, ...] = tuple(self._make_knobs())
         self._by_name = {k.name: k for k in self.knobs}
 
@@ -112,6 +116,14 @@ class Space:
     def apply(self, sch, config: Config) -> None:
         """Apply ``config`` to the ``tvm.s_tir.Schedule`` of a function with ``nest``'s blocks."""
         raise NotImplementedError
+
+    def on_nest(self, nest: Any) -> Space:
+        """This space for another function of the same structure under its own names
+        (a Relax PrimFunc): a copy whose knobs are made from ``nest``."""
+        other = copy.copy(self)
+        other.nest = nest
+        other._set_knobs()
+        return other
 
     # -- queries --------------------------------------------------------------------
     def knob(self, name: str) -> Knob:

@@ -11,7 +11,6 @@ TVM's defaults. It is read-only: MetaSchedule cannot write into it.
 
 from __future__ import annotations
 
-import copy
 import logging
 import os
 from dataclasses import dataclass, field
@@ -59,22 +58,7 @@ def apply_to_prim_func(
     names = {a.name: b.name for a, b in zip(ours.axes, theirs.axes)}
     names.update({a.buffer: b.buffer for a, b in zip(ours.inputs, theirs.inputs)})
 
-    def rename(key: str) -> str:
-        head, _, tail = key.partition(".")
-        return f"{head}.{names.get(tail, tail)}" if tail else key
-
-    translated = Config(
-        {rename(k): names.get(v, v) if isinstance(v, str) else v for k, v in config.items()}
-    )
-    foreign = copy.copy(space)
-    foreign.nest = theirs
-    foreign.knobs = tuple(foreign._make_knobs())
-    foreign._by_name = {k.name: k for k in foreign.knobs}
-    reason = foreign.check(translated)
-    if reason is not None:
-        raise ScheduleError(f"the config of {workload} does not fit the PrimFunc: {reason}")
-    apply(sch, foreign, translated)
-    return sch
+    return _apply_renamed(sch, space, theirs, config, names, rename_values=True)
 
 
 def _apply_rowwise(func, space: Space, config: Config):
@@ -88,19 +72,28 @@ def _apply_rowwise(func, space: Space, config: Config):
         raise ScheduleError(f"the PrimFunc's stages are not the ones of {space.workload}")
     names = {a.name: b.name for a, b in zip(ours.blocks, theirs.blocks)}
 
+    return _apply_renamed(Schedule(func), space, theirs, config, names, rename_values=False)
+
+
+def _apply_renamed(sch, space: Space, theirs, config: Config, names, *, rename_values: bool):
+    """Apply ``config`` to ``sch``, whose function has the nest ``theirs``: the names in
+    knob names (``tile.<axis>``, ``fuse.<stage>``) and, with ``rename_values``, in string
+    values (``tile_inner``) are translated by ``names``; the result is checked first."""
+
     def rename(key: str) -> str:
         head, _, tail = key.partition(".")
         return f"{head}.{names.get(tail, tail)}" if tail else key
 
-    translated = Config({rename(k): v for k, v in config.items()})
-    foreign = copy.copy(space)
-    foreign.nest = theirs
-    foreign.knobs = tuple(foreign._make_knobs())
-    foreign._by_name = {k.name: k for k in foreign.knobs}
+    translated = Config(
+        {
+            rename(k): names.get(v, v) if rename_values and isinstance(v, str) else v
+            for k, v in config.items()
+        }
+    )
+    foreign = space.on_nest(theirs)
     reason = foreign.check(translated)
     if reason is not None:
         raise ScheduleError(f"the config of {space.workload} does not fit the PrimFunc: {reason}")
-    sch = Schedule(func)
     apply(sch, foreign, translated)
     return sch
 
