@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# Install what autosched needs on Debian/Ubuntu: an OpenCL driver (PoCL's CPU device
-# when there is no GPU driver), and the Python package with its pinned TVM.
-# Safe to run again: it installs only what is missing.
+# Install what autosched needs on Debian/Ubuntu into a virtual environment in the checkout
+# (.venv), so it works with the distribution's own python3 (PEP 668 refuses `pip install`
+# outside a venv there): Debian packages first (an OpenCL driver: PoCL's CPU device when
+# there is no GPU driver; python3-venv when venv is missing), then the Python package with
+# its pinned TVM.
+#
+#   bash scripts/install.sh                 # the default install: what tuning needs
+#   EXTRAS=test,bench bash scripts/install.sh   # plus extras (test, bench, ...)
+#
+# Safe to run again: it installs only what is missing. PYTHON picks the interpreter that
+# creates the venv (default: python3 on PATH); AUTOSCHED_VENV its folder (default .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
+VENV=${AUTOSCHED_VENV:-.venv}
+EXTRAS=${EXTRAS:-}
 
 need_apt=()
 # g++: TVM links llvm-target kernels into shared libraries.
-# chromium: the report test renders the HTML report headless.
-for pkg in ocl-icd-libopencl1 pocl-opencl-icd g++ chromium; do
+for pkg in ocl-icd-libopencl1 pocl-opencl-icd g++; do
   dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
+# chromium: the report test renders the HTML report headless.
+case ",$EXTRAS," in *,test,*) dpkg -s chromium >/dev/null 2>&1 || need_apt+=(chromium) ;; esac
+# Debian/Ubuntu ship venv's pip bootstrap separately.
+if [ ! -x "$VENV/bin/python" ] && ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
+  need_apt+=(python3-venv)
+fi
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   echo "installing Debian packages: ${need_apt[*]}"
@@ -19,12 +34,23 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
 fi
 
-if ! $PY - <<'PY' 2>/dev/null
-import importlib.metadata as m, sys
-import autosched, pyopencl, tvm, sklearn, xgboost, optuna, pandas, pytest  # noqa: F401
-sys.exit(0 if m.version("apache-tvm-ffi") == "0.1.14.post1" else 1)
-PY
-then
-  echo "installing autosched and its Python dependencies (TVM 0.27, pyopencl, ...)"
-  $PY -m pip install -q --disable-pip-version-check -e ".[test,bench]"
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "creating the virtual environment $VENV with $("$PY" -c 'import sys; print(sys.executable)')"
+  "$PY" -m venv "$VENV"
+fi
+VPY="$VENV/bin/python"
+
+# Modules each extra brings; a missing one means that extra is installed (again).
+check="import importlib.metadata as m, sys
+import autosched, pyopencl, tvm, sklearn, lightgbm, optuna, pandas, rich  # noqa: F401
+mods = {'test': ['pytest'], 'bench': ['kernel_tuner', 'psutil']}
+for extra in filter(None, '$EXTRAS'.split(',')):
+    for mod in mods.get(extra, []):
+        __import__(mod)
+sys.exit(0 if m.version('apache-tvm-ffi') == '0.1.14.post1' else 1)"
+if ! "$VPY" -c "$check" >/dev/null 2>&1; then
+  spec="."; [ -n "$EXTRAS" ] && spec=".[$EXTRAS]"
+  echo "installing autosched${EXTRAS:+ [$EXTRAS]} and its Python dependencies into $VENV (TVM 0.27, pyopencl, ...)"
+  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
+  "$VPY" -m pip install -q --disable-pip-version-check -e "$spec"
 fi
