@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# The test suite, on the real OpenCL device, TVM, SQLite and a PostgreSQL server it starts
+# itself: installs what the tests need into .venv (the test, bench and farm extras, Debian's
+# chromium and postgresql), then runs pytest there. Arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+EXTRAS=test,bench,farm bash scripts/install.sh
+exec .venv/bin/python -m pytest "${@:--q}"
