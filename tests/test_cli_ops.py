@@ -8,7 +8,8 @@ import shlex
 
 import pytest
 
-from autosched.cli import _workload, build_parser, main, parse_shape
+from autosched.cli import _workload, build_parser, main
+from autosched.ops.shape import parse_shape
 from autosched.errors import InvalidInputError
 from autosched.ops import OPS, workload
 
