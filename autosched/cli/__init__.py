@@ -350,11 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     workload_args(p)
     p.set_defaults(func=cmd_best)
 
-    from autosched.cli import compile_cmd, records_cmd, report_cmd
+    from autosched.cli import compile_cmd, job_cmd, records_cmd, report_cmd
 
     records_cmd.add_parser(sub)
     compile_cmd.add_parser(sub)
     report_cmd.add_parser(sub)
+    job_cmd.add_parser(sub)
     return parser
 
 

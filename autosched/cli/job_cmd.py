@@ -1,0 +1,246 @@
+"""``autosched job run|status`` and ``autosched worker``: tuning jobs, locally or on a farm.
+
+Wiring as the other command modules: :func:`add_parser` adds the commands, the parsed
+namespace carries ``func``, bad input raises ``AutoschedError`` (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autosched.errors import InvalidInputError
+
+TARGET_CHOICES = ("opencl", "llvm")
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "job",
+        help="run a tuning job (several tasks, several devices, a deadline) or show its state",
+        description="A job file (TOML) lists tasks: op, shape and targets. `job run` tunes "
+        "them on a local Dask cluster (one worker per local device) or on a farm "
+        "(--scheduler); the records database is its only state, so rerunning resumes.",
+    )
+    sub = p.add_subparsers(dest="job_command", metavar="ACTION", required=True)
+    run = sub.add_parser("run", help="tune every task of a job file until done or the deadline")
+    run.add_argument("job", metavar="JOB.toml")
+    run.add_argument("--scheduler", metavar="ADDR", help="a farm's Dask scheduler, tcp://HOST:8786")
+    run.add_argument("--db", default=None, help="records database: a path or sqlite:///path")
+    when = run.add_mutually_exclusive_group()
+    when.add_argument("--hours", type=float, help="stop proposing after this many hours")
+    when.add_argument("--until", metavar="HH:MM", help="stop proposing at this local time")
+    run.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    run.set_defaults(func=cmd_job_run)
+    status = sub.add_parser("status", help="done/left per task and device kind, from the records")
+    status.add_argument("job", metavar="JOB.toml")
+    status.add_argument("--db", default=None, help="records database: a path or sqlite:///path")
+    status.add_argument("--json", action="store_true", help="print the table as JSON instead")
+    status.set_defaults(func=cmd_job_status)
+
+    w = subparsers.add_parser(
+        "worker",
+        help="serve one device to a farm's Dask scheduler",
+        description="Start a Dask worker (under a Nanny that restarts it) that owns one "
+        "device and advertises it as a resource, so only batches for that kind of device "
+        "reach it, one at a time.",
+    )
+    w.add_argument("--scheduler", required=True, metavar="ADDR", help="tcp://HOST:8786")
+    w.add_argument(
+        "--device", default=None, help="opencl: index, platform:device or part of a name"
+    )
+    w.add_argument("--target", choices=TARGET_CHOICES, default="opencl")
+    w.add_argument("--name", default=None, help="the worker's name in records and reports")
+    w.set_defaults(func=cmd_worker)
+
+
+def deadline_of(args: argparse.Namespace, now: dt.datetime | None = None) -> float | None:
+    """``--hours`` or ``--until HH:MM`` (the next such local time) as epoch seconds."""
+    now = now or dt.datetime.now()
+    if args.hours is not None:
+        if not args.hours > 0:
+            raise InvalidInputError(f"--hours {args.hours:g} is not valid; accepted: a number > 0")
+        return now.timestamp() + args.hours * 3600
+    if args.until:
+        try:
+            hh, mm = (int(x) for x in args.until.split(":"))
+            at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+        except ValueError:
+            raise InvalidInputError(
+                f"--until {args.until!r} is not valid; accepted: HH:MM, e.g. 06:30"
+            ) from None
+        if at <= now:
+            at += dt.timedelta(days=1)
+        return at.timestamp()
+    return None
+
+
+def _open_db(path: str | None):
+    from autosched.records.sqlite import SQLiteDatabase, default_db_path
+
+    if path and path.startswith("sqlite:///"):
+        path = path[len("sqlite://") :]
+    return SQLiteDatabase(Path(path) if path else default_db_path())
+
+
+class _JobProgress:
+    """One line per batch that came back: task, device kind, trials, best, time left."""
+
+    def __init__(self, stream=sys.stderr) -> None:
+        self.stream = stream
+
+    def __call__(self, ev) -> None:
+        pair = ev.pair
+        best = pair.best_gflops
+        left = ""
+        if ev.deadline is not None:
+            left = f"  {max(0.0, ev.deadline - time.time()) / 60:.0f} min to the deadline"
+        self.stream.write(
+            f"{ev.elapsed_s:7.1f}s  {pair.name}: {len(pair.measured)}/{pair.task.trials}"
+            f"  best {best:.1f} GFLOP/s{left}\n"
+            if best
+            else f"{ev.elapsed_s:7.1f}s  {pair.name}: {len(pair.measured)}/{pair.task.trials}"
+            f"  no valid kernel yet{left}\n"
+        )
+        self.stream.flush()
+
+
+def cmd_job_run(args: argparse.Namespace) -> int:
+    from autosched.tuning import load_job
+
+    job = load_job(args.job)
+    deadline = deadline_of(args)
+    db = _open_db(args.db)
+    try:
+        result = _run(job, args.scheduler, db, deadline)
+    finally:
+        db.close()
+    rows = _result_rows(result)
+    print()
+    for row in rows:
+        speed = f"{row['speedup']:.1f}x the default" if row["speedup"] else "no side-by-side figure"
+        best = f"{row['best_gflops']:.1f} GFLOP/s" if row["best_gflops"] else "no valid kernel"
+        print(
+            f"{row['task']:<28} {row['target']:<7} {row['device'][:36]:<36} "
+            f"{row['trials']:>4}/{row['wanted']:<4} {best:>16}  {speed}"
+        )
+    stopped = " (deadline reached)" if result.deadline_reached else ""
+    print(f"\n{result.new_trials} trials measured in {result.wall_s:.0f} s{stopped}")
+    if args.json:
+        data = {
+            "job": job.name,
+            "wall_s": result.wall_s,
+            "deadline_reached": result.deadline_reached,
+            "failed_batches": result.failed_batches,
+            "tasks": rows,
+        }
+        try:
+            Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+        except OSError as exc:
+            raise InvalidInputError(f"cannot write --json {args.json}: {exc.strerror}") from None
+    return 0
+
+
+def _run(job, scheduler: str | None, db, deadline: float | None):
+    from distributed import Client
+
+    from autosched.farm.runner import DaskRunner, local_cluster
+    from autosched.tuning.loop import run_job
+
+    if scheduler:
+        try:
+            client = Client(scheduler, timeout="20s")
+        except OSError as exc:
+            raise InvalidInputError(
+                f"cannot reach the Dask scheduler at {scheduler}: {exc}; accepted: the "
+                "address `dask scheduler` printed, e.g. tcp://HOST:8786"
+            ) from None
+        with client:
+            return run_job(job, DaskRunner(client), db, deadline=deadline, progress=_JobProgress())
+    with local_cluster(job.targets()) as cluster, Client(cluster) as client:
+        return run_job(job, DaskRunner(client), db, deadline=deadline, progress=_JobProgress())
+
+
+def _result_rows(result) -> list[dict[str, Any]]:
+    rows = []
+    for pair in result.pairs:
+        best = pair.best
+        default = pair.default_record
+        speedup = None
+        if best and default and best.latency_s and default.latency_s:
+            speedup = default.latency_s / best.latency_s
+        rows.append(
+            {
+                "task": pair.task.name,
+                "workload": pair.task.workload.key,
+                "target": pair.task.target,
+                "device": pair.slot.name,
+                "device_key": pair.slot.device_key,
+                "trials": len(pair.measured),
+                "wanted": pair.task.trials,
+                "new_trials": pair.new,
+                "best_gflops": (best.gflops if best else pair.best_gflops),
+                "default_gflops": default.gflops if default else None,
+                "speedup": speedup,
+                "config": best.config if best else None,
+            }
+        )
+    return rows
+
+
+def cmd_job_status(args: argparse.Namespace) -> int:
+    from autosched.tuning import load_job
+
+    job = load_job(args.job)
+    db = _open_db(args.db)
+    try:
+        rows = []
+        for task in job.tasks:
+            records = db.query(workload_key=task.workload.key, target=task.target)
+            kinds: dict[str, list] = {}
+            for r in records:
+                kinds.setdefault(r.device_key, []).append(r)
+            if not kinds:
+                rows.append((task, "-", "(no device yet)", 0, None))
+            for key, recs in kinds.items():
+                done = len({r.config_key for r in recs})
+                best = max((r.gflops or 0.0 for r in recs if r.ok), default=None)
+                rows.append((task, key, recs[0].device.get("name", key), done, best))
+    finally:
+        db.close()
+    out = [
+        {
+            "task": t.name,
+            "target": t.target,
+            "device_key": key,
+            "device": name,
+            "done": done,
+            "left": max(0, t.trials - done),
+            "best_gflops": best,
+        }
+        for t, key, name, done, best in rows
+    ]
+    if args.json:
+        print(json.dumps(out, indent=2))
+        return 0
+    print(f"{'task':<28} {'target':<7} {'device':<36} {'done':>5} {'left':>5} {'best GFLOP/s':>13}")
+    for row in out:
+        best = f"{row['best_gflops']:.1f}" if row["best_gflops"] else "-"
+        print(
+            f"{row['task']:<28} {row['target']:<7} {str(row['device'])[:36]:<36} "
+            f"{row['done']:>5} {row['left']:>5} {best:>13}"
+        )
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    from autosched.farm.worker import resources_of, serve
+
+    devices = [(args.target, args.device)]
+    resources_of(devices)  # opens the device here: a bad --device fails before Dask starts
+    return serve(args.scheduler, devices, name=args.name)

@@ -1,0 +1,113 @@
+"""The client side of a farm: a :class:`~autosched.tuning.runner.Runner` on Dask.
+
+Each batch is one Dask task restricted to the resource of its device kind, so Dask's
+scheduler places it on a worker that owns such a device and, when that worker dies
+mid-batch, runs it again elsewhere; a batch that has killed ``allowed-failures``
+workers comes back as ``KilledWorker`` and the job loop stores it as error records.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+from collections.abc import Sequence
+from typing import Any
+
+import dask
+from distributed import Client, Nanny, Scheduler, SpecCluster, wait
+
+from autosched.farm.worker import describe, nanny_options, resource_name, run_batch
+from autosched.tuning.runner import BatchRequest, Slot
+
+log = logging.getLogger(__name__)
+
+
+class DaskRunner:
+    """Measures batches on the workers of a Dask cluster."""
+
+    def __init__(self, client: Client) -> None:
+        self.client = client
+
+    def slots(self) -> list[Slot]:
+        try:
+            by_worker = self.client.run(describe, on_error="ignore")
+        except Exception as exc:  # the scheduler is away: no device for now
+            log.warning("cannot list the farm's workers: %s", exc)
+            return []
+        kinds: dict[str, Slot] = {}
+        counts: dict[str, int] = {}
+        for slots in by_worker.values():
+            for slot in slots or []:
+                kinds.setdefault(slot.device_key, slot)
+                counts[slot.device_key] = counts.get(slot.device_key, 0) + 1
+        return [_with_count(s, counts[k]) for k, s in kinds.items()]
+
+    def workers(self) -> int:
+        return len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
+
+    def submit(self, slot: Slot, request: BatchRequest) -> Any:
+        return self.client.submit(
+            run_batch, request, resources={resource_name(slot.device_key): 1}, pure=False
+        )
+
+    def wait(self, handles: Sequence[Any], timeout_s: float) -> list[tuple[Any, Any]]:
+        try:
+            done, _ = wait(list(handles), timeout=timeout_s, return_when="FIRST_COMPLETED")
+        except TimeoutError:
+            return []
+        out = []
+        for fut in handles:
+            if fut in done:
+                out.append((fut, fut.result() if fut.status == "finished" else fut.exception()))
+        return out
+
+    def cancel(self, handles: Sequence[Any]) -> None:
+        self.client.cancel(list(handles))
+
+    def close(self) -> None:
+        pass
+
+
+def _with_count(slot: Slot, count: int) -> Slot:
+    from dataclasses import replace
+
+    return replace(slot, count=count)
+
+
+def local_devices(targets: Sequence[str]) -> dict[str, list[tuple[str, str | None]]]:
+    """Workers for this machine: ``{worker name: [(target, selector), ...]}``.
+
+    Every OpenCL device that is a GPU or accelerator gets a worker of its own. OpenCL
+    CPU devices and the llvm target all run on this machine's CPU, so they share one
+    worker ("host"): it runs one batch at a time, and no two timings overlap there.
+    """
+    workers: dict[str, list[tuple[str, str | None]]] = {}
+    if "opencl" in targets:
+        from autosched.measure.device import list_devices
+
+        for dev in list_devices():
+            if dev.type == "cpu":
+                workers.setdefault("host", []).append(("opencl", dev.selector))
+            else:
+                workers[f"opencl-{dev.index}"] = [("opencl", dev.selector)]
+    if "llvm" in targets:
+        workers.setdefault("host", []).append(("llvm", None))
+    return workers
+
+
+def local_cluster(targets: Sequence[str]) -> SpecCluster:
+    """A real Dask cluster on loopback: a scheduler and one Nanny worker per local device
+    group (see :func:`local_devices`). The embedded default of ``autosched job run``."""
+    dask.config.set({"distributed.worker.daemon": False})
+    specs = {
+        name: {
+            "cls": Nanny,
+            "options": nanny_options(devs, name=f"{socket.gethostname()}-{name}", quiet=True),
+        }
+        for name, devs in local_devices(targets).items()
+    }
+    scheduler = {
+        "cls": Scheduler,
+        "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": None},
+    }
+    return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)

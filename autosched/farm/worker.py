@@ -1,0 +1,132 @@
+"""The worker side of a farm: a Dask worker (under a Nanny) that owns devices.
+
+``autosched worker --scheduler ADDR --device D --target T`` starts one. Its devices are
+opened in the worker process by :class:`DevicePlugin`; each is advertised as the Dask
+resource ``dev-<device key>`` (the key is a hash of the device's full fingerprint), so a
+batch for that kind of device runs only there. The worker runs one task at a time
+(``nthreads=1``): two measurements never overlap on its devices. The measurement itself
+runs in the session's killable child process, which is why the worker process must not
+be daemonic (``distributed.worker.daemon: False``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import Sequence
+from typing import Any
+
+import dask
+from distributed import Nanny, get_worker
+from distributed.diagnostics.plugin import WorkerPlugin
+
+from autosched.measure.device import select_device
+from autosched.records.record import Record
+from autosched.tuning.runner import BatchRequest, DeviceSession, Slot
+
+log = logging.getLogger(__name__)
+
+PLUGIN = "autosched-devices"
+
+
+def resource_name(device_key: str) -> str:
+    return f"dev-{device_key}"
+
+
+class DevicePlugin(WorkerPlugin):
+    """Opens the worker's devices when the worker starts and closes them when it stops.
+
+    Args:
+        devices: ``(target, selector)`` pairs, as ``select_device`` takes them.
+    """
+
+    name = PLUGIN
+    idempotent = True
+
+    def __init__(self, devices: Sequence[tuple[str, str | None]]) -> None:
+        self.devices = [tuple(d) for d in devices]
+        self.sessions: dict[str, DeviceSession] = {}
+
+    def setup(self, worker: Any) -> None:
+        for target, selector in self.devices:
+            device = select_device(selector, target=target)
+            session = DeviceSession(device, target, worker=str(worker.name))
+            self.sessions[device.key(target)] = session
+            log.info("worker %s owns %s (%s)", worker.name, device.name, target)
+
+    def teardown(self, worker: Any) -> None:
+        for session in self.sessions.values():
+            session.close()
+        self.sessions.clear()
+
+
+def run_batch(request: BatchRequest) -> list[Record]:
+    """The Dask task: measure ``request`` on this worker's device of that kind."""
+    plugin = get_worker().plugins.get(PLUGIN)
+    session = plugin.sessions.get(request.device_key) if plugin else None
+    if session is None:
+        raise RuntimeError(f"this worker owns no device {request.device_key}")
+    return session.run(request)
+
+
+def describe(dask_worker: Any) -> list[Slot]:
+    """Run on every worker by the client: the device kinds that worker owns."""
+    plugin = dask_worker.plugins.get(PLUGIN)
+    return [s.slot() for s in plugin.sessions.values()] if plugin else []
+
+
+def resources_of(devices: Sequence[tuple[str, str | None]]) -> dict[str, float]:
+    """Dask resources advertising ``devices`` (opened here to read their fingerprints)."""
+    return {
+        resource_name(select_device(selector, target=target).key(target)): 1
+        for target, selector in devices
+    }
+
+
+def nanny_options(
+    devices: Sequence[tuple[str, str | None]],
+    *,
+    name: str | None = None,
+    security: Any = None,
+    quiet: bool = False,
+) -> dict[str, Any]:
+    """Keyword arguments of a ``Nanny`` whose worker owns ``devices``."""
+    dask.config.set({"distributed.worker.daemon": False})
+    options: dict[str, Any] = {
+        "nthreads": 1,
+        "resources": resources_of(devices),
+        "plugins": {DevicePlugin(devices)},
+        # The worker's children (measurement, builds) are started by spawn; they must
+        # not inherit a daemonic parent.
+        "env": {"DASK_DISTRIBUTED__WORKER__DAEMON": "False"},
+        "memory_limit": 0,
+    }
+    if quiet:  # a local cluster's workers speak only of trouble
+        options["silence_logs"] = logging.WARNING
+    if name:
+        options["name"] = name
+    if security is not None:
+        options["security"] = security
+    return options
+
+
+def serve(
+    scheduler: str,
+    devices: Sequence[tuple[str, str | None]],
+    *,
+    name: str | None = None,
+    security: Any = None,
+) -> int:
+    """Run a worker until the scheduler goes away for good or SIGINT/SIGTERM arrives."""
+    options = nanny_options(devices, name=name, security=security)
+
+    async def main() -> None:
+        async with Nanny(scheduler, **options) as nanny:
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(nanny.close()))
+            await nanny.finished()
+
+    asyncio.run(main())
+    return 0

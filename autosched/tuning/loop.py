@@ -1,0 +1,320 @@
+"""The tuning loop of a job: propose -> measure (on a runner) -> records -> learn.
+
+Every (task, device kind) pair gets its own search: the strategy over a space built
+with that device's limits, which first learns from every record of that device
+family in the database. The task scheduler's policy decides which pair gets the next
+batch whenever a device kind has a free device; about one batch is in flight per
+device. The records database is the only state: a rerun of the same job skips what is
+measured and tops every pair up to its trials. At the deadline no new batch is
+proposed; the batches in flight are awaited and stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from autosched.ops import workload_from_json
+from autosched.records.base import Database
+from autosched.records.record import OK, RUN_ERROR, Record
+from autosched.search import SearchStrategy, make_strategy
+from autosched.space.config import Config
+from autosched.space.space import Space
+from autosched.tuning.job import Job, Task
+from autosched.tuning.runner import BatchRequest, Runner, Slot
+from autosched.tuning.scheduler import TaskProgress, TaskScheduler, make_policy
+
+log = logging.getLogger(__name__)
+
+_SLOT_REFRESH_S = 5.0
+
+
+@dataclass
+class Pair:
+    """One task on one device kind: its search, its progress, its results."""
+
+    task: Task
+    slot: Slot
+    space: Space
+    search: SearchStrategy
+    progress: TaskProgress
+    measured: set[str]
+    history: list[Record]
+    default: Config
+    in_flight: set[str] = field(default_factory=set)
+    exhausted: bool = False
+    new: int = 0
+    best: Record | None = None
+    default_record: Record | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.task.name} [{self.task.target} on {self.slot.name}]"
+
+    @property
+    def best_gflops(self) -> float | None:
+        return max((r.gflops or 0.0 for r in self.history if r.ok), default=None)
+
+
+@dataclass(frozen=True)
+class JobEvent:
+    """Sent after every batch that came back: which pair, how far, how good."""
+
+    pair: Pair
+    batch: tuple[Record, ...]
+    elapsed_s: float
+    deadline: float | None
+
+
+@dataclass
+class JobResult:
+    job: Job
+    pairs: list[Pair]
+    wall_s: float
+    deadline_reached: bool
+    failed_batches: int = 0
+
+    @property
+    def new_trials(self) -> int:
+        return sum(p.new for p in self.pairs)
+
+
+def run_job(
+    job: Job,
+    runner: Runner,
+    db: Database,
+    *,
+    deadline: float | None = None,
+    policy: TaskScheduler | None = None,
+    finalists: int = 3,
+    progress: Callable[[JobEvent], None] | None = None,
+) -> JobResult:
+    """Tune every task of ``job`` on every device kind of its target that ``runner`` reaches.
+
+    Args:
+        job: the tasks (from a job file or a model).
+        runner: where batches are measured (this machine, or a farm).
+        db: the records database; every batch is one transaction.
+        deadline: a ``time.time()`` after which no batch is proposed.
+        policy: the task scheduler (default: the job's ``policy``).
+        finalists: best configs re-measured side by side with the default at the end
+            of each pair (skipped once the deadline has passed).
+        progress: called after every batch that came back.
+    """
+    start = time.time()
+    policy = policy or make_policy(job.policy, seed=job.seed, batch=job.batch)
+    pairs: list[Pair] = []
+    known: set[str] = set()
+    slots: dict[str, Slot] = {}
+    in_flight: dict[Any, tuple[Pair, list[Config]]] = {}
+    busy: dict[str, int] = {}
+    failed = 0
+    refreshed = 0.0
+
+    def refresh() -> None:
+        nonlocal refreshed
+        refreshed = time.time()
+        slots.clear()
+        for slot in runner.slots():
+            slots[slot.device_key] = slot
+            if slot.device_key in known:
+                continue
+            known.add(slot.device_key)
+            for task in job.tasks:
+                if task.target == slot.target:
+                    pairs.append(_open_pair(job, task, slot, db))
+
+    def stopping() -> bool:
+        return deadline is not None and time.time() >= deadline
+
+    refresh()
+    while True:
+        if not stopping():
+            if time.time() - refreshed > _SLOT_REFRESH_S:
+                refresh()
+            for key, slot in slots.items():
+                while busy.get(key, 0) < slot.count:
+                    mine = [i for i, p in enumerate(pairs) if p.slot.device_key == key]
+                    eligible = [i for i in mine if _left(pairs[i]) > 0 and not pairs[i].exhausted]
+                    i = policy.next_task([p.progress for p in pairs], eligible)
+                    if i is None:
+                        break
+                    pair = pairs[i]
+                    configs = _propose(pair, job.batch)
+                    if not configs:
+                        pair.exhausted = True
+                        log.info("%s: the strategy has nothing new to propose", pair.name)
+                        continue
+                    request = BatchRequest(
+                        workload=pair.task.workload.to_json(),
+                        target=pair.task.target,
+                        device_key=key,
+                        configs=tuple(c.to_json() for c in configs),
+                        seed=job.seed,
+                        timeout_s=job.timeout_s,
+                    )
+                    in_flight[runner.submit(slot, request)] = (pair, configs)
+                    pair.in_flight.update(c.key for c in configs)
+                    pair.progress.start(len(configs))
+                    busy[key] = busy.get(key, 0) + 1
+        if not in_flight:
+            break
+        for handle, result in runner.wait(list(in_flight), 1.0):
+            pair, configs = in_flight.pop(handle)
+            busy[pair.slot.device_key] -= 1
+            if isinstance(result, BaseException):
+                failed += 1
+                log.warning("%s: a batch failed: %s: %s", pair.name, type(result).__name__, result)
+                result = [
+                    error_record(pair, c, RUN_ERROR, f"{type(result).__name__}: {result}")
+                    for c in configs
+                ]
+            batch = _store(db, pair, configs, result)
+            if progress:
+                progress(JobEvent(pair, tuple(batch), time.time() - start, deadline))
+
+    reached = stopping()
+    if finalists and not reached:
+        _final(pairs, runner, db, job, finalists)
+    return JobResult(job, pairs, time.time() - start, reached, failed)
+
+
+def _left(pair: Pair) -> int:
+    return max(0, pair.task.trials - len(pair.measured) - len(pair.in_flight))
+
+
+def _open_pair(job: Job, task: Task, slot: Slot, db: Database) -> Pair:
+    wl = task.workload
+    space = Space(wl, target=task.target, limits=slot.limits)
+
+    def space_for(wl_json: dict) -> Space:
+        if wl_json == wl.to_json():
+            return space
+        return Space(workload_from_json(wl_json), target=task.target, limits=slot.limits)
+
+    # A pair's randomness depends on the job's seed and on what it tunes, never on
+    # the order in which device kinds showed up.
+    salt = hashlib.sha256(f"{task.key}|{slot.device_key}".encode()).digest()[:8]
+    rng = np.random.default_rng([job.seed, int.from_bytes(salt, "little")])
+    search = make_strategy(job.strategy, space, rng=rng, space_for=space_for)
+    mine = db.query(workload_key=wl.key, device_key=slot.device_key, target=task.target)
+    search.observe(db.query(op=wl.op, device_family=slot.family, target=task.target))
+    measured = {r.config_key for r in mine}
+    prog = TaskProgress(trials=task.trials, weight=task.weight, done=len(measured))
+    ok = [r.latency_s for r in mine if r.ok and r.latency_s]
+    if ok:
+        prog.curve.append((len(measured), min(ok)))
+    if mine:
+        log.info("resuming %s: %d trials measured on %s", task.name, len(measured), slot.name)
+    return Pair(task, slot, space, search, prog, measured, list(mine), space.default())
+
+
+def _propose(pair: Pair, batch: int) -> list[Config]:
+    want = min(batch, _left(pair))
+    taken = pair.measured | pair.in_flight
+    if pair.default.key not in taken:
+        return [pair.default]
+    out: list[Config] = []
+    for _ in range(3):  # a strategy may repeat what is in flight elsewhere; ask again
+        proposed = pair.search.propose(want - len(out)) or []
+        for c in proposed:
+            if c.key not in taken:
+                taken.add(c.key)
+                out.append(c)
+        if len(out) >= want or not proposed:
+            break
+    return out[:want]
+
+
+def _store(
+    db: Database, pair: Pair, configs: Sequence[Config], records: list[Record]
+) -> list[Record]:
+    db.add(records)  # one transaction per batch
+    pair.search.observe(records)
+    pair.history.extend(records)
+    pair.in_flight.difference_update(c.key for c in configs)
+    pair.new += len([r for r in records if r.config_key not in pair.measured])
+    pair.measured.update(r.config_key for r in records)
+    best = min((r.latency_s for r in records if r.ok and r.latency_s), default=None)
+    pair.progress.finish(len(configs), best)
+    pair.progress.done = len(pair.measured)
+    return records
+
+
+def error_record(pair: Pair, config: Config, status: str, error: str) -> Record:
+    """A candidate that produced no measurement, kept as data like any other."""
+    wl = pair.task.workload
+    return Record(
+        workload_key=wl.key,
+        workload=wl.to_json(),
+        target=pair.task.target,
+        device_key=pair.slot.device_key,
+        device_family=pair.slot.family,
+        device=pair.slot.fingerprint,
+        config_key=config.key,
+        config=config.to_json(),
+        status=status,
+        error=error[:2000],
+        latencies=(),
+        latency_s=None,
+        spread=None,
+        gflops=None,
+        timestamp=time.time(),
+        run_id="job",
+    )
+
+
+def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) -> None:
+    """Re-measure each pair's best few side by side with its default schedule."""
+    handles: dict[Any, Pair] = {}
+    for pair in pairs:
+        ranked = db.best(
+            pair.task.workload.key, device_key=pair.slot.device_key, target=pair.task.target, k=k
+        )
+        if not ranked:
+            continue
+        configs = [Config(r.config) for r in ranked]
+        if pair.default.key not in {c.key for c in configs}:
+            configs.append(pair.default)
+        request = BatchRequest(
+            workload=pair.task.workload.to_json(),
+            target=pair.task.target,
+            device_key=pair.slot.device_key,
+            configs=tuple(c.to_json() for c in configs),
+            seed=job.seed,
+            timeout_s=job.timeout_s,
+            rounds=3,
+        )
+        handles[runner.submit(pair.slot, request)] = pair
+    while handles:
+        for handle, result in runner.wait(list(handles), 5.0):
+            pair = handles.pop(handle)
+            if isinstance(result, BaseException):
+                log.warning("%s: re-measuring the finalists failed: %s", pair.name, result)
+                continue
+            ok = [r for r in result if r.ok]
+            db.add(ok)
+            pair.default_record = next((r for r in ok if r.config_key == pair.default.key), None)
+            pair.best = min(ok, key=lambda r: r.latency_s or float("inf"), default=None)
+            if pair.best is not None and pair.best.status == OK:
+                stored = db.best(
+                    pair.task.workload.key,
+                    device_key=pair.slot.device_key,
+                    target=pair.task.target,
+                    k=50,
+                )
+                pair.best = next(
+                    (
+                        r
+                        for r in stored
+                        if r.config_key == pair.best.config_key
+                        and r.timestamp == pair.best.timestamp
+                    ),
+                    pair.best,
+                )

@@ -1,0 +1,170 @@
+"""Runners: where a batch of candidates is built and timed.
+
+The job loop (:mod:`autosched.tuning.loop`) proposes batches and writes records; a
+runner only measures. It lists the kinds of device it can reach (:class:`Slot`, one per
+device fingerprint, with how many such devices are free to take a batch at once) and
+measures a :class:`BatchRequest` on one of them. :class:`LocalRunner` measures on this
+machine's device in the calling process; the farm's Dask runner
+(:mod:`autosched.farm.runner`) sends the same request to a worker that owns such a
+device. Both end in a :class:`DeviceSession`, the one piece of code that builds and
+times a batch (in a killable measurement child) wherever it runs.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import logging
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from autosched.measure.cpu import HostCPU
+from autosched.measure.device import Device
+from autosched.ops import workload_from_json
+from autosched.records.record import Record
+from autosched.space.config import Config
+from autosched.space.space import DeviceLimits
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """A kind of device a runner can measure on: one fingerprint, ``count`` devices."""
+
+    target: str
+    device_key: str
+    family: str
+    name: str
+    limits: DeviceLimits
+    fingerprint: dict = field(compare=False, hash=False)
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """Candidates of one workload to measure on one kind of device.
+
+    ``rounds`` 0 measures each config once (a search batch); ``rounds`` > 0 re-measures
+    them side by side, interleaved for that many rounds (the finalists at the end).
+    """
+
+    workload: dict[str, Any]
+    target: str
+    device_key: str
+    configs: tuple[dict[str, Any], ...]
+    seed: int = 0
+    timeout_s: float = 30.0
+    rounds: int = 0
+
+
+class Runner(Protocol):
+    def slots(self) -> list[Slot]:
+        """Device kinds reachable now (it may change: farm workers come and go)."""
+        ...
+
+    def submit(self, slot: Slot, request: BatchRequest) -> Any:
+        """Start measuring ``request`` on a device of kind ``slot``; returns a handle."""
+        ...
+
+    def wait(self, handles: Sequence[Any], timeout_s: float) -> list[tuple[Any, Any]]:
+        """The handles that finished within ``timeout_s`` (at least one if any can),
+        each with its ``list[Record]`` or the exception that ended it."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class DeviceSession:
+    """Builds and times batches on one device; keeps a measurement child per workload.
+
+    The tuner of a workload (its test data, reference output and measurement child) is
+    kept for the last few workloads, since a job returns to the same ones batch after
+    batch.
+    """
+
+    def __init__(
+        self, device: Device | HostCPU, target: str, *, worker: str = "", keep: int = 2
+    ) -> None:
+        self.device = device
+        self.target = target
+        self.worker = worker
+        self.keep = keep
+        self._tuners: OrderedDict[tuple, Any] = OrderedDict()
+
+    def slot(self) -> Slot:
+        return Slot(
+            target=self.target,
+            device_key=self.device.key(self.target),
+            family=self.device.family(self.target),
+            name=self.device.name,
+            limits=self.device.limits,
+            fingerprint=self.device.fingerprint(self.target),
+        )
+
+    def _tuner(self, request: BatchRequest):
+        from autosched.tuner import Tuner
+
+        key = (canonical(request.workload), request.seed, request.timeout_s)
+        tuner = self._tuners.pop(key, None)
+        if tuner is None:
+            tuner = Tuner(
+                workload_from_json(request.workload),
+                db=None,
+                device=self.device,
+                target=self.target,
+                seed=request.seed,
+                timeout_s=request.timeout_s,
+            )
+        self._tuners[key] = tuner
+        while len(self._tuners) > self.keep:
+            _, old = self._tuners.popitem(last=False)
+            old.close()
+        return tuner
+
+    def run(self, request: BatchRequest) -> list[Record]:
+        if request.target != self.target or request.device_key != self.device.key(self.target):
+            raise ValueError(
+                f"a batch for {request.target} device {request.device_key} reached "
+                f"{self.target} device {self.device.key(self.target)}"
+            )
+        tuner = self._tuner(request)
+        configs = [Config.from_json(c) for c in request.configs]
+        if request.rounds:
+            return tuner.remeasure(configs, rounds=request.rounds)
+        return tuner.measure(configs)
+
+    def close(self) -> None:
+        while self._tuners:
+            _, tuner = self._tuners.popitem()
+            tuner.close()
+
+
+def canonical(data: Any) -> str:
+    from autosched.records.record import canonical_json
+
+    return canonical_json(data)
+
+
+class LocalRunner:
+    """Measures on one device of this machine, one batch at a time, in a thread of the
+    calling process (the measurement itself runs in the session's killable child)."""
+
+    def __init__(self, device: Device | HostCPU, target: str) -> None:
+        self.session = DeviceSession(device, target, worker="local")
+        self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="autosched-measure")
+
+    def slots(self) -> list[Slot]:
+        return [self.session.slot()]
+
+    def submit(self, slot: Slot, request: BatchRequest) -> cf.Future:
+        return self._pool.submit(self.session.run, request)
+
+    def wait(self, handles: Sequence[cf.Future], timeout_s: float) -> list[tuple[Any, Any]]:
+        done, _ = cf.wait(handles, timeout=timeout_s, return_when=cf.FIRST_COMPLETED)
+        return [(f, f.exception() or f.result()) for f in handles if f in done]
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        self.session.close()
