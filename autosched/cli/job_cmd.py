@@ -131,22 +131,39 @@ def cmd_job_run(args: argparse.Namespace) -> int:
         )
     stopped = " (deadline reached)" if result.deadline_reached else ""
     print(f"\n{result.new_trials} trials measured in {result.wall_s:.0f} s{stopped}")
+    for what in result.unserved:
+        print(
+            f"autosched: no worker served {what}; its trials are left for a rerun", file=sys.stderr
+        )
     if args.json:
         data = {
             "job": job.name,
             "wall_s": result.wall_s,
             "deadline_reached": result.deadline_reached,
             "failed_batches": result.failed_batches,
+            "unserved": result.unserved,
             "tasks": rows,
         }
         try:
             Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
         except OSError as exc:
             raise InvalidInputError(f"cannot write --json {args.json}: {exc.strerror}") from None
-    return 0
+    return 1 if result.unserved else 0
+
+
+def _need_dask() -> None:
+    try:
+        import distributed  # noqa: F401
+    except ImportError:
+        raise InvalidInputError(
+            "jobs and workers run on Dask distributed, which is not installed; accepted: "
+            "install the farm extra (`EXTRAS=farm bash scripts/install.sh`, or "
+            "`pip install 'autosched[farm]'`)"
+        ) from None
 
 
 def _run(job, scheduler: str | None, db, deadline: float | None):
+    _need_dask()
     from distributed import Client
 
     from autosched.farm.runner import DaskRunner, local_cluster
@@ -239,6 +256,7 @@ def cmd_job_status(args: argparse.Namespace) -> int:
 
 
 def cmd_worker(args: argparse.Namespace) -> int:
+    _need_dask()
     from autosched.farm.worker import resources_of, serve
 
     devices = [(args.target, args.device)]

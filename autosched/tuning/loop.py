@@ -79,6 +79,8 @@ class JobResult:
     wall_s: float
     deadline_reached: bool
     failed_batches: int = 0
+    # Targets or device kinds with trials left that no worker served within the wait.
+    unserved: list[str] = field(default_factory=list)
 
     @property
     def new_trials(self) -> int:
@@ -94,6 +96,7 @@ def run_job(
     policy: TaskScheduler | None = None,
     finalists: int = 3,
     progress: Callable[[JobEvent], None] | None = None,
+    device_wait_s: float = 120.0,
 ) -> JobResult:
     """Tune every task of ``job`` on every device kind of its target that ``runner`` reaches.
 
@@ -106,6 +109,9 @@ def run_job(
         finalists: best configs re-measured side by side with the default at the end
             of each pair (skipped once the deadline has passed).
         progress: called after every batch that came back.
+        device_wait_s: how long to wait for a device of a kind that has trials left
+            (none has joined yet, or its workers died) before giving up on it; a rerun
+            resumes it.
     """
     start = time.time()
     policy = policy or make_policy(job.policy, seed=job.seed, batch=job.batch)
@@ -116,6 +122,8 @@ def run_job(
     busy: dict[str, int] = {}
     failed = 0
     refreshed = 0.0
+    waiting_since = 0.0
+    unserved: list[str] = []
 
     def refresh() -> None:
         nonlocal refreshed
@@ -163,8 +171,34 @@ def run_job(
                     pair.in_flight.update(c.key for c in configs)
                     pair.progress.start(len(configs))
                     busy[key] = busy.get(key, 0) + 1
+        waiting = _waiting_for(job, pairs, slots)
+        if waiting and not stopping():
+            waiting_since = waiting_since or time.time()
+            if time.time() - waiting_since > device_wait_s:
+                # Batches queued for a device kind that never came back are given up;
+                # they were never measured, so a rerun proposes them again.
+                lost = [h for h, (p, _) in in_flight.items() if p.slot.device_key not in slots]
+                for handle in lost:
+                    pair, configs = in_flight.pop(handle)
+                    busy[pair.slot.device_key] -= 1
+                    pair.in_flight.difference_update(c.key for c in configs)
+                    pair.progress.in_flight -= len(configs)
+                if lost:
+                    runner.cancel(lost)
+                if not in_flight:
+                    unserved = sorted(waiting)
+                    log.warning(
+                        "no device for %s within %.0f s", "; ".join(unserved), device_wait_s
+                    )
+                    break
+        else:
+            waiting_since = 0.0
         if not in_flight:
-            break
+            if not waiting or stopping():
+                break
+            time.sleep(1.0)
+            refresh()
+            continue
         for handle, result in runner.wait(list(in_flight), 1.0):
             pair, configs = in_flight.pop(handle)
             busy[pair.slot.device_key] -= 1
@@ -182,7 +216,17 @@ def run_job(
     reached = stopping()
     if finalists and not reached:
         _final(pairs, runner, db, job, finalists)
-    return JobResult(job, pairs, time.time() - start, reached, failed)
+    return JobResult(job, pairs, time.time() - start, reached, failed, unserved)
+
+
+def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str]:
+    """Targets no device serves yet, and device kinds gone with trials left."""
+    served = {s.target for s in slots.values()}
+    waiting = {f"target {t.target}" for t in job.tasks if t.target not in served}
+    for pair in pairs:
+        if pair.slot.device_key not in slots and _left(pair) > 0 and not pair.exhausted:
+            waiting.add(f"{pair.slot.target} device {pair.slot.name} ({pair.slot.device_key})")
+    return waiting
 
 
 def _left(pair: Pair) -> int:
@@ -275,11 +319,15 @@ def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) ->
     handles: dict[Any, Pair] = {}
     for pair in pairs:
         ranked = db.best(
-            pair.task.workload.key, device_key=pair.slot.device_key, target=pair.task.target, k=k
+            pair.task.workload.key,
+            device_key=pair.slot.device_key,
+            target=pair.task.target,
+            k=k * (k + 2),  # earlier runs' finalists hold several records each
         )
         if not ranked:
             continue
-        configs = [Config(r.config) for r in ranked]
+        unique = {r.config_key: r for r in reversed(ranked)}  # keeps each one's fastest
+        configs = [Config(r.config) for r in ranked if unique.pop(r.config_key, None)][:k]
         if pair.default.key not in {c.key for c in configs}:
             configs.append(pair.default)
         request = BatchRequest(

@@ -73,6 +73,10 @@ class Runner(Protocol):
         each with its ``list[Record]`` or the exception that ended it."""
         ...
 
+    def cancel(self, handles: Sequence[Any]) -> None:
+        """Give up batches not yet measured."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -164,6 +168,10 @@ class LocalRunner:
     def wait(self, handles: Sequence[cf.Future], timeout_s: float) -> list[tuple[Any, Any]]:
         done, _ = cf.wait(handles, timeout=timeout_s, return_when=cf.FIRST_COMPLETED)
         return [(f, f.exception() or f.result()) for f in handles if f in done]
+
+    def cancel(self, handles: Sequence[cf.Future]) -> None:
+        for f in handles:
+            f.cancel()
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)

@@ -1,0 +1,236 @@
+"""Tuning jobs end to end: real Dask clusters on loopback, real workers, real kernels.
+
+Each test runs the `autosched` CLI in subprocesses, as a farm's users do, and checks the
+records database afterwards: every task topped up to its trials, every candidate stored
+once, reruns resuming, a SIGKILLed worker survived.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autosched.records.sqlite import SQLiteDatabase
+
+JOB = """\
+name = "smoke"
+trials = {trials}
+batch = 4
+seed = 1
+
+[[tasks]]
+op = "matmul"
+shape = "128,128,128"
+targets = ["opencl", "llvm"]
+
+[[tasks]]
+op = "softmax"
+shape = "rows=256,cols=128"
+targets = ["opencl"]
+"""
+
+
+def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "autosched", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _check_topped_up(
+    db_path: Path, trials: int, pairs: int, *, runs: int = 1, finalists: int = 3
+) -> None:
+    """Every (workload, device) pair has exactly ``trials`` distinct candidates, and a
+    candidate has more than one record only as a finalist re-measured at the end of
+    one of ``runs`` job runs (each re-measures its best few and the default)."""
+    db = SQLiteDatabase(db_path)
+    try:
+        records = db.query()
+    finally:
+        db.close()
+    by_pair: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
+    for r in records:
+        by_pair[(r.workload_key, r.device_key, r.target)][r.config_key] += 1
+    assert len(by_pair) == pairs, sorted(by_pair)
+    for pair, counts in by_pair.items():
+        assert len(counts) == trials, (pair, len(counts))
+        repeated = [k for k, n in counts.items() if n > 1]
+        assert len(repeated) <= (finalists + 1) * runs, (pair, counts)
+        assert max(counts.values()) <= 1 + runs, (pair, counts)
+
+
+def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_path):
+    job = tmp_path / "night.toml"
+    job.write_text(JOB.format(trials=8))
+    db = tmp_path / "records.db"
+    out = tmp_path / "result.json"
+    first = _cli("job", "run", str(job), "--db", str(db), "--json", str(out))
+    assert first.returncode == 0, first.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert {(t["task"], t["target"]) for t in result["tasks"]} == {
+        ("matmul 128,128,128", "opencl"),
+        ("matmul 128,128,128", "llvm"),
+        ("softmax rows=256,cols=128", "opencl"),
+    }
+    for task in result["tasks"]:
+        assert task["trials"] == 8 and task["new_trials"] == 8, task
+        # The winner was re-measured side by side with the default schedule.
+        assert task["best_gflops"] > 0 and task["speedup"] > 1.0, task
+    assert "24 trials measured" in first.stdout
+    _check_topped_up(db, trials=8, pairs=3)
+    # Nothing but autosched's own lines reaches the terminal.
+    noise = [
+        line
+        for line in first.stderr.splitlines()
+        if line.strip() and "GFLOP/s" not in line and "no valid kernel" not in line
+    ]
+    assert not noise, noise
+
+    again = _cli("job", "run", str(job), "--db", str(db), "--json", str(out))
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "0 trials measured" in again.stdout
+    assert all(t["new_trials"] == 0 for t in json.loads(out.read_text())["tasks"])
+    _check_topped_up(db, trials=8, pairs=3, runs=2)
+
+    # A larger budget tops up; status tells done and left from the records alone.
+    job.write_text(JOB.format(trials=12))
+    status = _cli("job", "status", str(job), "--db", str(db), "--json")
+    assert status.returncode == 0, status.stderr
+    assert sorted((r["done"], r["left"]) for r in json.loads(status.stdout)) == [(8, 4)] * 3
+    more = _cli("job", "run", str(job), "--db", str(db))
+    assert more.returncode == 0, more.stderr[-3000:]
+    assert "12 trials measured" in more.stdout
+    _check_topped_up(db, trials=12, pairs=3, runs=3)
+
+
+def test_job_files_and_options_are_checked_before_anything_runs(tmp_path):
+    job = tmp_path / "bad.toml"
+    job.write_text(JOB.format(trials=8).replace('op = "softmax"', 'op = "softmaxx"'))
+    bad = _cli("job", "run", str(job), "--db", str(tmp_path / "r.db"), timeout=60)
+    assert bad.returncode == 2 and bad.stdout == ""
+    assert bad.stderr.count("\n") == 1, bad.stderr
+    assert f"{job}:12: tasks[1].op = 'softmaxx' is not valid" in bad.stderr
+    assert not (tmp_path / "r.db").exists()
+    job.write_text(JOB.format(trials=8))
+    late = _cli("job", "run", str(job), "--until", "25:99", timeout=60)
+    assert late.returncode == 2 and "--until '25:99' is not valid; accepted: HH:MM" in late.stderr
+    nowhere = _cli("job", "run", str(job), "--scheduler", "tcp://127.0.0.1:9", timeout=120)
+    assert nowhere.returncode == 2 and nowhere.stderr.count("\n") == 1, nowhere.stderr
+    assert "cannot reach the Dask scheduler at tcp://127.0.0.1:9" in nowhere.stderr
+
+
+# -- a farm on loopback: a real `dask scheduler` and `autosched worker` processes ---------
+
+
+def _spawn(args: list[str], log: Path) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    # A process group of its own: a kill takes the nanny, its worker and their children.
+    return subprocess.Popen(
+        args, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=env
+    )
+
+
+def _scheduler(tmp_path: Path) -> tuple[subprocess.Popen, str]:
+    file = tmp_path / "scheduler.json"
+    proc = _spawn(
+        [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+         "--port", "0", "--no-dashboard", "--scheduler-file", str(file)],
+        tmp_path / "scheduler.log",
+    )  # fmt: skip
+    for _ in range(300):
+        if file.exists() and file.stat().st_size:
+            return proc, json.loads(file.read_text())["address"]
+        time.sleep(0.1)
+    raise AssertionError((tmp_path / "scheduler.log").read_text())
+
+
+def _worker(tmp_path: Path, address: str, target: str, name: str) -> subprocess.Popen:
+    args = ["worker", "--scheduler", address, "--target", target, "--name", name]
+    return _spawn([sys.executable, "-m", "autosched", *args], tmp_path / f"{name}.log")
+
+
+def _group_alive(proc: subprocess.Popen) -> bool:
+    try:
+        os.killpg(proc.pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def _stop(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        if _group_alive(proc):
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.time() + 30
+    for proc in procs:
+        while _group_alive(proc) and time.time() < deadline:
+            time.sleep(0.2)
+        if _group_alive(proc):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+@pytest.fixture
+def farm(tmp_path):
+    procs: list[subprocess.Popen] = []
+    sched, address = _scheduler(tmp_path)
+    procs.append(sched)
+    yield address, procs
+    _stop(procs)
+    left = [p.pid for p in procs if _group_alive(p)]
+    assert not left, f"process groups left behind: {left}"
+
+
+def _records(db_path: Path) -> list:
+    if not db_path.exists():
+        return []
+    db = SQLiteDatabase(db_path)
+    try:
+        return db.query()
+    finally:
+        db.close()
+
+
+def test_a_farm_job_survives_a_worker_killed_mid_batch(tmp_path, farm):
+    address, procs = farm
+    ocl = _worker(tmp_path, address, "opencl", "ocl-1")
+    cpu = _worker(tmp_path, address, "llvm", "cpu-1")
+    procs += [ocl, cpu]
+    job = tmp_path / "night.toml"
+    job.write_text(JOB.format(trials=12))
+    db = tmp_path / "records.db"
+    out = tmp_path / "result.json"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "job", "run", str(job), "--scheduler", address,
+         "--db", str(db), "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    # Once the OpenCL worker has delivered a batch, it is busy with the next: kill it,
+    # nanny, worker process and measurement child together, and bring up a new one.
+    deadline = time.time() + 240
+    while time.time() < deadline and run.poll() is None:
+        if any(r.target == "opencl" for r in _records(db)):
+            break
+        time.sleep(0.2)
+    time.sleep(1.0)
+    os.killpg(ocl.pid, signal.SIGKILL)
+    ocl.wait(timeout=10)
+    procs.append(_worker(tmp_path, address, "opencl", "ocl-2"))
+    stdout, stderr = run.communicate(timeout=400)
+    assert run.returncode == 0, stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert len(result["tasks"]) == 3
+    assert all(t["trials"] == 12 for t in result["tasks"]), result["tasks"]
+    _check_topped_up(db, trials=12, pairs=3)
+    # The two OpenCL workers had the same device: one device kind, one set of records.
+    assert len({r.device_key for r in _records(db) if r.target == "opencl"}) == 1
