@@ -380,8 +380,15 @@ def row_candidates(nest) -> Iterator[Workload]:
         yield workload("reduce", rows=rows, cols=cols, kind=kind)
 
 
+def _static(func) -> bool:
+    """Whether every buffer of ``func`` has a fixed shape (a symbolic one has no workload)."""
+    return all(hasattr(dim, "value") for p in func.params for dim in getattr(p, "shape", ()))
+
+
 def recognize(func) -> Workload | None:
     """The autosched workload ``func`` computes, or None if it is not one we tune."""
+    if not _static(func):
+        return None
     try:
         sch, nest = normalized(func)
     except ScheduleError:
