@@ -25,7 +25,7 @@ from autosched.compiler.lookup import (
 )
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.files import parse_line
-from autosched.records.record import Record
+from autosched.records.record import Record, canonical_json
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.config import Config
 from autosched.space.space import TARGETS, DeviceLimits, Space
@@ -179,31 +179,48 @@ def test_shipped_records_are_small_valid_and_ok():
     )
 
 
-def test_user_database_wins_at_the_same_step_and_steps_win_over_databases(tmp_path, device):
+def test_user_database_wins_at_the_same_step_and_steps_win_over_databases(
+    tmp_path, device, monkeypatch
+):
+    """The shipped records come from files the test writes for this very device, so the
+    test does not depend on which CPU family ``records/`` happens to cover."""
+    from tests.tuned_records import record_for
+
     wl = autosched.workload("matmul", M=512, N=512, K=512)
-    shipped = shipped_database().best(wl.key, device_family=device.family(), target="opencl")
-    if not shipped:
-        pytest.skip("the shipped records hold no 512^3 matmul for this device family")
-    # A slower record in the user's database still wins over the shipped one at its step.
-    mine = _copy(
-        shipped[0],
-        device_key=device.key(),
-        device=device.fingerprint(),
-        latency_s=shipped[0].latency_s * 10,
-        gflops=shipped[0].gflops / 10,
+    space = Space(wl, limits=device.limits)
+    other_config = next(
+        c for c in space.sample(np.random.default_rng(0), 8) if c != space.default()
     )
+    shipped_dir = tmp_path / "shipped"
+    shipped_dir.mkdir()
+    shipped = record_for(wl, device, space.default(), latency_s=1e-3, run_id="shipped")
+    (shipped_dir / "this-device.jsonl").write_text(canonical_json(shipped.to_json()) + "\n")
+    monkeypatch.setattr("autosched.compiler.lookup.shipped_records_dir", lambda: shipped_dir)
+    found = find_config(wl, db=_empty_db(tmp_path / "empty.db"))
+    assert (found.provenance, found.database) == ("exact", SHIPPED)
+    assert found.config == space.default()
+
+    # A slower record in the user's database still wins over the shipped one at its step.
+    mine = record_for(wl, device, other_config, latency_s=1e-2, run_id="mine")
     with SQLiteDatabase(tmp_path / "mine.db") as db:
         (mine_id,) = db.add([mine])
     found = find_config(wl, db=tmp_path / "mine.db")
     assert (found.provenance, found.database, found.record.id) == ("exact", str(db.path), mine_id)
+    assert found.config == other_config
+
     # A driver mismatch in the user's database loses to an exact shipped record.
-    exact_shipped = shipped_database().best(wl.key, device_key=device.key(), target="opencl")
-    if exact_shipped:
-        sibling = _copy(mine, device_key="fedcba9876543210")
-        with SQLiteDatabase(tmp_path / "sibling.db") as db:
-            db.add([sibling])
-        found = find_config(wl, db=tmp_path / "sibling.db")
-        assert (found.provenance, found.database) == ("exact", SHIPPED)
+    sibling = _copy(
+        mine, device_key="fedcba9876543210", device=dict(mine.device, driver_version="0.0-older")
+    )
+    assert sibling.device_family == device.family()
+    with SQLiteDatabase(tmp_path / "sibling.db") as db:
+        db.add([sibling])
+    found = find_config(wl, db=tmp_path / "sibling.db")
+    assert (found.provenance, found.database) == ("exact", SHIPPED)
+    assert found.config == space.default()
+    # Without the shipped records, the sibling serves as a driver mismatch.
+    found = find_config(wl, db=tmp_path / "sibling.db", shipped=False)
+    assert (found.provenance, found.config) == ("driver_mismatch", other_config)
 
 
 # -- adapting configs ------------------------------------------------------------------------
@@ -559,16 +576,12 @@ def test_compile_command_output_must_be_a_directory(tmp_path):
 
 # -- the llvm target -------------------------------------------------------------------------
 
-needs_llvm = pytest.mark.skipif("llvm" not in TARGETS, reason="no llvm target in this build")
 
-
-@needs_llvm
 def test_opencl_records_never_serve_the_llvm_target(tuned):
     found = find_config(WL64, target="llvm", db=tuned, shipped=False)
     assert found.provenance == "untuned" and found.record is None
 
 
-@needs_llvm
 def test_llvm_compile_runs_in_process_and_from_its_manifest(tmp_path):
     import tvm
 

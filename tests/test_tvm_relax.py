@@ -500,7 +500,6 @@ def _rowwise_cases():
 
 @pytest.mark.parametrize("name", list(_rowwise_cases()))
 def test_relax_softmax_and_reductions_are_scheduled_from_records(tmp_path, name):
-    pytest.importorskip("autosched.space.rowwise", reason="no row-wise space yet")
     import tvm
 
     from autosched.records.sqlite import SQLiteDatabase

@@ -332,11 +332,9 @@ def candidates(sch, nest: LoopNest) -> Iterator[Workload]:
 
 def row_nest(func):
     """The row-wise nest of ``func`` (see :func:`autosched.space.loopnest.analyze_row_prim_func`),
-    or None when ``func`` is not row-wise or this version has no row-wise space."""
-    try:
-        from autosched.space.loopnest import analyze_row_prim_func
-    except ImportError:
-        return None
+    or None when ``func`` is not row-wise."""
+    from autosched.space.loopnest import analyze_row_prim_func
+
     try:
         return analyze_row_prim_func(func)
     except ScheduleError:
