@@ -45,10 +45,10 @@ def _check_outputs(kernel, seed: int = 0) -> None:
     inputs = wl.make_inputs(np.random.default_rng(seed))
     expected = wl.reference(inputs)
     got = kernel(**inputs)
-    assert got.keys() == expected.keys()
+    assert [s.name for s in kernel.outputs] == list(expected)
     rtol, atol = wl.tolerance()
-    for name, want in expected.items():
-        np.testing.assert_allclose(got[name], want, rtol=rtol, atol=atol)
+    for got_one, want in zip(got if isinstance(got, tuple) else (got,), expected.values()):
+        np.testing.assert_allclose(got_one, want, rtol=rtol, atol=atol)
 
 
 def _sampled(space: Space, seed: int):
@@ -205,20 +205,15 @@ ROWWISE = {
 }
 
 
-@pytest.fixture(scope="module")
-def rowwise_space():
-    return pytest.importorskip("autosched.space.rowwise", reason="no row-wise space yet")
-
-
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", list(ROWWISE))
-def test_rowwise_ops_compile_untuned_and_from_their_record(rowwise_space, tmp_path, name, target):
+def test_rowwise_ops_compile_untuned_and_from_their_record(tmp_path, name, target):
     _compiles_untuned_and_from_a_record(tmp_path, ROWWISE[name], target)
 
 
 @pytest.mark.parametrize("target", TARGETS)
 @pytest.mark.parametrize("name", ["softmax", "elementwise"])
-def test_nearest_shape_serves_a_rowwise_op_with_other_rows(rowwise_space, tmp_path, name, target):
+def test_nearest_shape_serves_a_rowwise_op_with_other_rows(tmp_path, name, target):
     tuned = ROWWISE[name]
     wanted = autosched.workload(tuned.op, **dict(tuned.params, rows=48))
     dev = _device(target)

@@ -6,6 +6,9 @@ import argparse
 import io
 import json
 import math
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -274,7 +277,7 @@ def test_cli_export_import_merge(
     bad = tmp_path / "bad.jsonl"
     bad.write_text(out.read_text().splitlines()[0] + "\n{oops\n")
     dst = tmp_path / "new" / "dst.db"
-    assert _cli("records", "import", "--db", dst, out, bad) == 1
+    assert _cli("records", "import", "--db", dst, out, bad) == 2
     captured = capsys.readouterr()
     n = len(full_db)
     assert captured.out.strip() == f"added {n}, duplicates 1, rejected 1"
@@ -344,3 +347,59 @@ def test_stats_best_values_ignore_missing_gflops(db: SQLiteDatabase) -> None:
     row = stats(db).iloc[0]
     assert math.isnan(row["best_gflops"]) and row["best_latency_s"] == pytest.approx(1e-3)
     assert set(STATUSES) <= set(stats(db).columns)
+
+
+def test_cli_import_of_a_file_with_bad_lines_end_to_end(tmp_path: Path) -> None:
+    """``autosched records import`` in its own process: the good lines are stored once,
+    each bad line is named with its number and why, and the exit status is 2."""
+    good = [make_record(i) for i in range(3)]
+    missing = good[0].to_json()
+    del missing["device_key"]
+    lines = [
+        canonical_json(good[0].to_json()),  # 1
+        "{not json",  # 2
+        canonical_json(missing),  # 3
+        canonical_json(good[1].to_json()),  # 4
+        "",  # 5 blank
+        json.dumps(dict(make_record(5).to_json(), gflops=10**400)),  # 6
+        "[" * 100_000,  # 7
+        "1" * 5000,  # 8
+        canonical_json(good[1].to_json()),  # 9: the same record again
+        canonical_json(dict(make_record(6).to_json(), status="exploded")),  # 10
+        canonical_json(good[2].to_json()),  # 11
+    ]
+    path = tmp_path / "mixed.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    db = tmp_path / "records.db"
+
+    def run() -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "xdg"))
+        return subprocess.run(
+            [sys.executable, "-m", "autosched", "records", "import", "--db", str(db), str(path)],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+
+    first = run()
+    assert first.returncode == 2, first.stderr
+    assert first.stdout.strip() == "added 3, duplicates 1, rejected 6"
+    rejected = [line for line in first.stderr.splitlines() if line.strip()]
+    assert "Traceback" not in first.stderr
+    why = {
+        2: "not JSON",
+        3: "missing field(s) device_key",
+        6: "gflops hold a number too large",
+        7: "nested too deeply",
+        8: "too many digits",
+        10: "'exploded'",
+    }
+    assert len(rejected) == len(why), first.stderr
+    for line, (number, reason) in zip(rejected, why.items()):
+        assert line.startswith(f"{path}:{number}: rejected: ") and reason in line, line
+    with SQLiteDatabase(db, create=False) as store:
+        assert store.query() == good
+
+    again = run()
+    assert again.returncode == 2 and again.stdout.strip() == "added 0, duplicates 4, rejected 6"
+    assert again.stderr == first.stderr
+    with SQLiteDatabase(db, create=False) as store:
+        assert store.query() == good

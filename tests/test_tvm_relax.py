@@ -110,6 +110,87 @@ def test_functions_without_records_are_left_to_tvm(tmp_path):
     assert not (fused[0].attrs and "tirx.is_scheduled" in fused[0].attrs)
 
 
+def _empty(tmp_path):
+    from autosched.records.sqlite import SQLiteDatabase
+
+    SQLiteDatabase(tmp_path / "empty.db").close()
+    return tmp_path / "empty.db"
+
+
+def test_a_relax_build_is_called_like_a_function(tmp_path):
+    from autosched.errors import InvalidInputError
+
+    built = autosched.tvm.build(
+        linear_bias_relu(64, 32, 16), "llvm", db=_empty(tmp_path), shipped=False
+    )
+    assert [(s.name, s.shape, s.dtype) for s in built.inputs] == [
+        ("x", (64, 32), "float32"),
+        ("w", (32, 16), "float32"),
+        ("b", (16,), "float32"),
+    ]
+    rng = np.random.default_rng(4)
+    x, w, b = (rng.uniform(-1, 1, s.shape).astype(np.float32) for s in built.inputs)
+    got = built(x, w, b)
+    assert isinstance(got, np.ndarray) and got.shape == (64, 16)
+    np.testing.assert_allclose(
+        got, np.maximum(x.astype(np.float64) @ w + b, 0), rtol=1e-4, atol=1e-4
+    )
+    for again in (built(x=x, w=w, b=b), built(x, b=b, w=w), built(x.astype(np.float64), w, b)):
+        np.testing.assert_array_equal(again, got)
+
+    accepted = "; accepted: x[64, 32] float32, w[32, 16] float32, b[16] float32"
+    for call, message in [
+        (lambda: built(x, w), "main: missing input(s) b"),
+        (lambda: built(x, w, b, b), "main: takes 3 input(s), got 4 positional arguments"),
+        (lambda: built(x, w, b, y=x), "main: unknown input(s) y"),
+        (lambda: built(x, w, x=x, b=b), "main: input(s) given both by position and by name: x"),
+        (lambda: built(w, x, b), "main: input x has shape [32, 16], expected [64, 32]"),
+        (lambda: built(x, w, b.astype(np.complex64)), "main: input b has dtype complex64"),
+    ]:
+        with pytest.raises(InvalidInputError) as info:
+            call()
+        assert str(info.value).startswith(message) and str(info.value).endswith(accepted)
+
+
+def test_a_relax_build_returns_tuples_and_takes_symbolic_shapes(tmp_path):
+    """main returning a tuple gives a tuple of arrays; a symbolic dimension takes any size."""
+    import tvm
+    from tvm import relax
+
+    from autosched.errors import InvalidInputError
+
+    n = tvm.tirx.Var("n", "int64")
+    bb = relax.BlockBuilder()
+    x = relax.Var("x", relax.TensorType((n, 8), "float32"))
+    with bb.function("main", [x]):
+        with bb.dataflow():
+            relu = bb.emit(relax.op.nn.relu(x))
+            double = bb.emit(relax.op.add(x, x))
+            out = bb.emit_output(relax.Tuple([relu, double]))
+        bb.emit_func_output(out)
+    built = autosched.tvm.build(bb.get(), "llvm", db=_empty(tmp_path), shipped=False)
+    assert [(s.name, s.shape) for s in built.inputs] == [("x", (-1, 8))]
+    for rows in (3, 5):
+        data = np.random.default_rng(rows).uniform(-1, 1, (rows, 8)).astype(np.float32)
+        got = built(data)
+        assert isinstance(got, tuple) and len(got) == 2
+        np.testing.assert_array_equal(got[0], np.maximum(data, 0))
+        np.testing.assert_array_equal(got[1], data + data)
+    with pytest.raises(InvalidInputError, match=r"input x has shape \[3, 7\], expected \[\?, 8\]"):
+        built(np.zeros((3, 7), np.float32))
+
+
+def test_an_opencl_relax_build_is_not_called_in_process(tmp_path):
+    from autosched.errors import InvalidInputError
+
+    built = autosched.tvm.build(
+        linear_bias_relu(8, 8, 8), "opencl", db=_empty(tmp_path), shipped=False
+    )
+    assert built.target == "opencl"
+    with pytest.raises(InvalidInputError, match="accepted: a build for llvm"):
+        built(*(np.zeros(s.shape, np.float32) for s in built.inputs))
+
+
 def test_recognises_relax_prim_funcs():
     from autosched.tvm.recognize import recognize
 
@@ -184,7 +265,7 @@ def test_relax_conv2d_and_linear_gelu_are_scheduled_from_their_records(tuned_cnn
     flat = CONV.reference(conv_in)["conv2d"].reshape(2, 512)
     want = DENSE.reference({**dense_in, "x": flat})["Z"]
     arrays = [conv_in["data"], conv_in["weight"], dense_in["W"], dense_in["bias"]]
-    got, _ = _run(built.executable, arrays, repeats=0)
+    got = built(*arrays)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
@@ -304,7 +385,7 @@ def test_relax_contractions_are_recognised_scheduled_and_correct(tmp_path, name)
         rng.uniform(-1, 1, [int(d) for d in p.ty.shape]).astype("float32")
         for p in mod["main"].params
     ]
-    got, _ = _run(built.executable, arrays, repeats=0)
+    got = built(*arrays)
     want, _ = _run(plain, arrays, repeats=0)
     rtol, atol = wl.tolerance()
     np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
@@ -419,7 +500,6 @@ def _rowwise_cases():
 
 @pytest.mark.parametrize("name", list(_rowwise_cases()))
 def test_relax_softmax_and_reductions_are_scheduled_from_records(tmp_path, name):
-    pytest.importorskip("autosched.space.rowwise", reason="no row-wise space yet")
     import tvm
 
     from autosched.records.sqlite import SQLiteDatabase
@@ -445,6 +525,6 @@ def test_relax_softmax_and_reductions_are_scheduled_from_records(tmp_path, name)
         built = autosched.tvm.build(mod, "llvm", db=db, shipped=False)
         (applied,) = built.applied
         assert applied.workload == wl and applied.provenance == "exact"
-        got, _ = _run(built.executable, arrays, repeats=0)
+        got = built(*arrays)
         rtol, atol = wl.tolerance()
         np.testing.assert_allclose(got, want, rtol=rtol, atol=max(atol, 1e-6), err_msg=str(config))

@@ -5,8 +5,9 @@ namespace carries ``func=run``, and :func:`run` returns the exit status. Bad inp
 raises :class:`~autosched.errors.AutoschedError` subclasses, which the main CLI turns
 into one line and exit status 2.
 
-Exit status of :func:`run`: 0 on success; 1 when ``import`` rejected some lines (the
-good lines are still stored).
+Exit status of :func:`run`: 0 on success; 2 when ``import`` rejected some lines, each
+named on stderr as ``FILE:LINE: rejected: why`` (the good lines are still stored, and
+importing the file again stores nothing new).
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def run(args: argparse.Namespace) -> int:
                 for number, message in report.errors:
                     print(f"{label}:{number}: rejected: {message}", file=sys.stderr)
         print(f"added {added}, duplicates {duplicates}, rejected {rejected}")
-        return 1 if rejected else 0
+        return 2 if rejected else 0
 
     if action == "merge":
         for source in args.sources:

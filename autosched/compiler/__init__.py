@@ -5,7 +5,8 @@
     >>> wl = autosched.workload("matmul", M=512, N=512, K=512)   # doctest: +SKIP
     >>> kernel = compile(wl)                                     # doctest: +SKIP
     >>> kernel.provenance, kernel.record.gflops                  # doctest: +SKIP
-    >>> out = kernel(A=a, B=b)["C"]                              # doctest: +SKIP
+    >>> c = kernel(a, b)                                         # doctest: +SKIP
+    >>> kernel(a, b, out=c)                                      # doctest: +SKIP
 
 The config is looked up in the user's records database, then in the records shipped
 with autosched (see :mod:`autosched.compiler.lookup` for the order and fallbacks), and

@@ -13,12 +13,13 @@ import json
 import os
 import tempfile
 import threading
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from autosched.compiler.arguments import bind, check_out, describe
 from autosched.errors import DeviceError, InvalidInputError
 from autosched.measure.device import Device
 from autosched.measure.program import KernelProgram
@@ -37,7 +38,12 @@ PROGRAM_FILES = {"opencl": "kernel.cl", "llvm": "kernel.so"}
 
 
 class CompiledKernel:
-    """A workload compiled for one device, runnable on numpy arrays.
+    """A workload compiled for one device, called like a function on numpy arrays.
+
+        >>> wl = autosched.workload("matmul", M=64, N=64, K=64)
+        >>> kernel = autosched.compile(wl)     # doctest: +SKIP
+        >>> c = kernel(a, b)                   # doctest: +SKIP
+        >>> kernel(a, B=b, out=c)              # doctest: +SKIP
 
     Made by :func:`autosched.compiler.compile`; attributes are read-only by convention.
 
@@ -91,58 +97,78 @@ class CompiledKernel:
         )
 
     # -- running ----------------------------------------------------------------------------
-    def __call__(self, **arrays: np.ndarray) -> dict[str, np.ndarray]:
-        """``kernel(A=a, B=b)``: same as :meth:`run`."""
-        return self.run(arrays)
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """The inputs in call order (name, shape, dtype): the workload's, e.g. ``A, B``."""
+        return tuple(s for s in self.program.tensors if s.role == "input")
 
-    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        """Run on the device with ``inputs`` (name -> array); return the outputs by name.
+    @property
+    def outputs(self) -> tuple[TensorSpec, ...]:
+        """The outputs in return order (name, shape, dtype)."""
+        return tuple(s for s in self.program.tensors if s.role == "output")
 
-        Runs in this process (OpenCL through pyopencl, llvm through TVM's runtime). The
-        device program is loaded on the first call and reused.
+    def __call__(
+        self,
+        *args: np.ndarray,
+        out: np.ndarray | Sequence[np.ndarray] | None = None,
+        **kwargs: np.ndarray,
+    ) -> np.ndarray | tuple[np.ndarray, ...]:
+        """Run on the device: ``kernel(a, b)``, ``kernel(A=a, B=b)`` or ``kernel(a, B=b)``.
+
+        Inputs are bound as a Python function binds its arguments: by position in the
+        order of :attr:`inputs`, or by name. Each is an array of the input's shape whose
+        dtype casts to the input's (``same_kind``: float64 to float32 is accepted).
+
+        Args:
+            out: where to write the output: an array of the output's exact shape and
+                dtype, C-contiguous and writeable (a tuple of them, in the order of
+                :attr:`outputs`, when there are several).
+
+        Returns:
+            The output: a new array, or the ``out`` array itself; a tuple (in the order
+            of :attr:`outputs`) when the workload has several outputs.
 
         Raises:
-            InvalidInputError: an input is missing, unknown, of the wrong shape, or of a
-                dtype that does not cast safely to the kernel's.
+            InvalidInputError: too many positional arguments, an unknown name, an input
+                given twice or missing, a wrong shape or dtype, or an unusable ``out``;
+                the message lists the accepted inputs with their shapes and dtypes.
             DeviceError: the device cannot be opened or the program cannot be loaded.
         """
-        arrays = self._check_inputs(inputs)
+        arrays = bind(self.inputs, args, kwargs, what=str(self.workload))
+        dest = None if out is None else check_out(self.outputs, out, what=str(self.workload))
+        results = self._execute(arrays, dest)  # ``dest``'s arrays themselves when given
+        values = tuple(results[s.name] for s in self.outputs)
+        return values[0] if len(values) == 1 else values
+
+    def run(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Run with ``inputs`` by name; return the outputs by name.
+
+        For code that handles any workload by name (``Workload.make_inputs`` and
+        ``Workload.reference`` use the same names). Same checks and errors as calling
+        the kernel with keyword arguments.
+        """
+        if not isinstance(inputs, Mapping):
+            raise InvalidInputError(
+                f"run() takes the inputs of {self.workload} as a mapping of name to array, "
+                f"got {type(inputs).__name__}; accepted: {describe(self.inputs)}"
+            )
+        return self._execute(bind(self.inputs, (), inputs, what=str(self.workload)), None)
+
+    def _execute(
+        self, arrays: dict[str, np.ndarray], out: dict[str, np.ndarray] | None
+    ) -> dict[str, np.ndarray]:
+        """Run the program in this process (OpenCL through pyopencl, llvm through TVM's
+        runtime), loading it on the first call; write the outputs into ``out`` (by name)
+        or new arrays, and return them by name."""
+        if out is None:
+            out = {s.name: np.empty(s.shape, dtype=s.dtype) for s in self.outputs}
         with self._lock:  # kernel arguments are state of the shared kernel objects
             if self._executor is None:
                 if isinstance(self.program, KernelProgram):
                     self._executor = _OpenCLExecutor(self.program, self.device)
                 else:
                     self._executor = _CpuExecutor(self.program)
-            return self._executor.run(arrays)
-
-    def _check_inputs(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
-        specs = {s.name: s for s in self.program.tensors if s.role == "input"}
-        accepted = ", ".join(f"{s.name}{list(s.shape)} {s.dtype}" for s in specs.values())
-        missing = [n for n in specs if n not in inputs]
-        unknown = [str(n) for n in inputs if n not in specs]
-        if missing or unknown:
-            what = "; ".join(
-                part
-                for part in (
-                    f"missing {', '.join(missing)}" if missing else "",
-                    f"unknown {', '.join(unknown)}" if unknown else "",
-                )
-                if part
-            )
-            raise InvalidInputError(f"inputs of {self.workload}: {what}; accepted: {accepted}")
-        out = {}
-        for name, spec in specs.items():
-            arr = np.asarray(inputs[name])
-            if arr.shape != spec.shape:
-                raise InvalidInputError(
-                    f"input {name} has shape {list(arr.shape)}; accepted: {list(spec.shape)}"
-                )
-            if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
-                raise InvalidInputError(
-                    f"input {name} has dtype {arr.dtype}; accepted: {spec.dtype} "
-                    "(or a dtype that casts to it)"
-                )
-            out[name] = np.ascontiguousarray(arr, dtype=spec.dtype)
+            self._executor.run(arrays, out)
         return out
 
     # -- manifest -----------------------------------------------------------------------------
@@ -270,10 +296,11 @@ class _OpenCLExecutor:
         # local size at its first launch.
         self.kernels = [cl.Kernel(built, k.name) for k in program.kernels]
 
-    def run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, arrays: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> None:
+        """Launch with ``arrays`` (inputs by name); copy the outputs into ``out``."""
         cl = self.cl
         mf = cl.mem_flags
-        bufs, outputs = [], {}
+        bufs, outputs = [], []
         for spec in self.program.tensors:
             if spec.role == "input":
                 buf = cl.Buffer(
@@ -282,14 +309,13 @@ class _OpenCLExecutor:
             else:  # outputs and scratch: every element is written by a kernel
                 buf = cl.Buffer(self.ctx, mf.READ_WRITE, size=max(spec.nbytes, 1))
                 if spec.role == "output":
-                    outputs[spec.name] = (np.empty(spec.shape, dtype=spec.dtype), buf)
+                    outputs.append((out[spec.name], buf))
             bufs.append(buf)
         for kern, launch in zip(self.kernels, self.program.kernels):
             kern.set_args(*(bufs[i] for i in launch.args))
             cl.enqueue_nd_range_kernel(self.queue, kern, launch.global_size, launch.local_size)
-        for host, buf in outputs.values():
+        for host, buf in outputs:
             cl.enqueue_copy(self.queue, host, buf)  # blocking; the queue runs in order
-        return {name: host for name, (host, _) in outputs.items()}
 
 
 class _CpuExecutor:
@@ -311,16 +337,20 @@ class _CpuExecutor:
             except Exception as exc:
                 raise DeviceError(f"cannot load the kernel library: {exc}") from None
 
-    def run(self, arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    def run(self, arrays: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> None:
+        """Call the library's function with ``arrays`` (inputs by name); copy the outputs
+        into ``out``."""
         tensor = self.tvm.runtime.tensor
-        args, outputs = [], {}
+        args, outputs = [], []
         for spec in self.program.tensors:
             if spec.role == "input":
                 args.append(tensor(arrays[spec.name], self.dev))
                 continue
-            buf = tensor(np.empty(spec.shape, dtype=spec.dtype), self.dev)
+            buf = self.tvm.runtime.empty(spec.shape, spec.dtype, self.dev)
             args.append(buf)
             if spec.role == "output":
-                outputs[spec.name] = buf
+                outputs.append((out[spec.name], buf))
         self.func(*args)
-        return {name: buf.numpy() for name, buf in outputs.items()}
+        for host, buf in outputs:
+            # TVM wraps only 64-byte aligned memory: copy rather than write into ``host``.
+            np.copyto(host, buf.numpy())

@@ -16,6 +16,7 @@ import json
 import logging
 import math
 import os
+import sys
 import tempfile
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence, Sized
@@ -206,6 +207,10 @@ def parse_line(text: str) -> Record:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise InvalidInputError(f"not JSON: {exc.msg} at column {exc.colno}") from None
+    except ValueError:  # an integer of more digits than Python converts (4300)
+        raise InvalidInputError("not JSON: a number has too many digits") from None
+    except RecursionError:
+        raise InvalidInputError("not JSON: nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidInputError(f"expected a JSON object, got {type(data).__name__}")
     missing = [name for name in _REQUIRED if name not in data]
@@ -219,10 +224,23 @@ def parse_line(text: str) -> Record:
     data.pop("id", None)  # the destination assigns its own ids
     try:
         record = Record.from_json(data)
+        check_record(record)
+    except OverflowError:  # an integer too large for a float, e.g. a latency of 10**400
+        huge = sorted(name for name, value in data.items() if _too_large(value))
+        raise InvalidInputError(
+            f"field(s) {', '.join(huge)} hold a number too large for a float"
+        ) from None
+    except InvalidInputError:
+        raise
     except (KeyError, TypeError, ValueError) as exc:
         raise InvalidInputError(str(exc)) from None
-    check_record(record)
     return record
+
+
+def _too_large(value: Any) -> bool:
+    if isinstance(value, list):
+        return any(_too_large(v) for v in value)
+    return isinstance(value, int) and abs(value) > sys.float_info.max
 
 
 def import_jsonl(db: Database, source: TextIO | PathLike) -> ImportReport:

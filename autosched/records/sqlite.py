@@ -135,6 +135,17 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
+def _create_error(path: Path) -> str | None:
+    """Why the operating system refuses to create ``path``, or None when it does not."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    os.close(fd)
+    os.unlink(path)
+    return None
+
+
 def check_record(record: Record) -> None:
     """Raise :class:`InvalidInputError` unless ``record`` can be stored as it is.
 
@@ -318,6 +329,8 @@ class SQLiteDatabase:
                     reason = "permission denied"
                 elif not os.access(self._path.parent, os.W_OK):
                     reason = "permission denied"
+                elif not self._path.exists():  # access() grants root what the folder refuses
+                    reason = _create_error(self._path) or reason
             elif "readonly" in reason or "read-only" in reason:
                 reason = "the file or its folder is read-only"
         return RecordsError(

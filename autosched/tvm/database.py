@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from autosched.compiler import find_config
+from autosched.compiler.arguments import ANY, bind
 from autosched.compiler.lookup import UNTUNED
 from autosched.errors import InvalidInputError, ScheduleError
 from autosched.measure.device import select_device
 from autosched.ops import Workload
+from autosched.ops.base import TensorSpec
 from autosched.records.base import Database
 from autosched.space.config import Config
 from autosched.space.schedule import apply
@@ -221,11 +224,91 @@ class RecordsDatabase:
 
 @dataclass
 class RelaxBuild:
-    """A built Relax module and what autosched contributed to it."""
+    """A built Relax module and what autosched contributed to it.
+
+    An llvm build is called like a function on numpy arrays: ``built(x, w, b=b)`` runs
+    ``main`` in a Relax VM on the host CPU (see :meth:`__call__`).
+
+    Attributes:
+        executable: what ``tvm.compile`` returned (for ``relax.VirtualMachine``).
+        module: the IRModule after the records were applied.
+        applied: the fused PrimFuncs that got an autosched schedule, and from which record.
+        target: ``"llvm"`` or ``"opencl"``.
+    """
 
     executable: Any
-    module: Any  # the IRModule after the records were applied
+    module: Any
     applied: list[Applied] = field(default_factory=list)
+    target: str = "llvm"
+    _vm: Any = field(default=None, init=False, repr=False, compare=False)
+    _lock: threading.Lock = field(
+        default_factory=threading.Lock, init=False, repr=False, compare=False
+    )
+
+    @property
+    def inputs(self) -> tuple[TensorSpec, ...]:
+        """``main``'s parameters in call order (name, shape, dtype); a dimension the
+        module leaves symbolic is ``-1``.
+
+        Raises:
+            InvalidInputError: a parameter is not a tensor of known rank and dtype.
+        """
+        from tvm import relax
+
+        specs = []
+        for param in self.module["main"].params:
+            ty = param.ty
+            if not isinstance(ty, relax.TensorType) or ty.ndim < 0:
+                raise InvalidInputError(
+                    f"main's parameter {param.name} is a {ty}, not a tensor of known "
+                    "rank; call built.executable through a relax.VirtualMachine"
+                )
+            if isinstance(ty.shape, relax.ShapeExpr):
+                shape = tuple(int(d) if hasattr(d, "value") else ANY for d in ty.shape.values)
+            else:
+                shape = (ANY,) * ty.ndim
+            specs.append(TensorSpec(param.name, shape, str(ty.dtype), "input"))
+        return tuple(specs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run ``main`` on the host CPU with numpy arrays: ``built(x, w)``, ``built(x=x, w=w)``.
+
+        Arguments bind to ``main``'s parameters as a Python function's do: by position or
+        by the parameter's name. The VM is made on the first call and reused.
+
+        Returns:
+            ``main``'s result as numpy: an array, or a tuple (nested as ``main``'s is).
+
+        Raises:
+            InvalidInputError: too many positional arguments, an unknown name, a parameter
+                given twice or missing, a wrong shape or dtype (the message lists ``main``'s
+                parameters with their shapes and dtypes); or a build for another target than
+                llvm (TVM's Python package runs no OpenCL).
+        """
+        if self.target != "llvm":
+            raise InvalidInputError(
+                f"a Relax build for {self.target} is not run in this process (the tvm "
+                "package has no OpenCL runtime); accepted: a build for llvm"
+            )
+        import tvm
+        from tvm import relax
+
+        arrays = bind(self.inputs, args, kwargs, what="main")
+        dev = tvm.cpu()
+        with self._lock:
+            if self._vm is None:
+                self._vm = relax.VirtualMachine(self.executable, dev)
+            result = self._vm["main"](*(tvm.runtime.tensor(a, dev) for a in arrays.values()))
+        return _to_numpy(result)
+
+
+def _to_numpy(value: Any) -> Any:
+    """A VM result as numpy: tensors become arrays, tuples (TVM arrays) tuples of them."""
+    if hasattr(value, "numpy"):
+        return value.numpy()
+    if isinstance(value, (list, tuple)) or type(value).__name__ == "Array":
+        return tuple(_to_numpy(v) for v in value)
+    return value
 
 
 def legalize_and_fuse(mod):
@@ -277,4 +360,4 @@ def build(
     with tvm_target, records.ms_database:
         mod = relax.transform.MetaScheduleApplyDatabase()(mod)
     executable = tvm.compile(mod, target=tvm_target)
-    return RelaxBuild(executable=executable, module=mod, applied=records.applied)
+    return RelaxBuild(executable=executable, module=mod, applied=records.applied, target=target)

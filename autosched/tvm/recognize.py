@@ -332,11 +332,9 @@ def candidates(sch, nest: LoopNest) -> Iterator[Workload]:
 
 def row_nest(func):
     """The row-wise nest of ``func`` (see :func:`autosched.space.loopnest.analyze_row_prim_func`),
-    or None when ``func`` is not row-wise or this version has no row-wise space."""
-    try:
-        from autosched.space.loopnest import analyze_row_prim_func
-    except ImportError:
-        return None
+    or None when ``func`` is not row-wise."""
+    from autosched.space.loopnest import analyze_row_prim_func
+
     try:
         return analyze_row_prim_func(func)
     except ScheduleError:
@@ -380,8 +378,15 @@ def row_candidates(nest) -> Iterator[Workload]:
         yield workload("reduce", rows=rows, cols=cols, kind=kind)
 
 
+def _static(func) -> bool:
+    """Whether every buffer of ``func`` has a fixed shape (a symbolic one has no workload)."""
+    return all(hasattr(dim, "value") for p in func.params for dim in getattr(p, "shape", ()))
+
+
 def recognize(func) -> Workload | None:
     """The autosched workload ``func`` computes, or None if it is not one we tune."""
+    if not _static(func):
+        return None
     try:
         sch, nest = normalized(func)
     except ScheduleError:
