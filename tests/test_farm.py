@@ -234,3 +234,60 @@ def test_a_farm_job_survives_a_worker_killed_mid_batch(tmp_path, farm):
     _check_topped_up(db, trials=12, pairs=3)
     # The two OpenCL workers had the same device: one device kind, one set of records.
     assert len({r.device_key for r in _records(db) if r.target == "opencl"}) == 1
+
+
+def test_a_tls_farm_runs_with_certificates_and_refuses_a_client_without(tmp_path):
+    ca_key, ca = tmp_path / "ca.key", tmp_path / "ca.pem"
+    key, csr, cert = tmp_path / "farm.key", tmp_path / "farm.csr", tmp_path / "farm.pem"
+    ssl = ["openssl", "req", "-nodes", "-newkey", "rsa:2048", "-subj"]
+    subprocess.run([*ssl, "/CN=farm-ca", "-x509", "-days", "1", "-keyout", ca_key, "-out", ca],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run([*ssl, "/CN=dask-internal", "-keyout", key, "-out", csr],
+                   check=True, capture_output=True)  # fmt: skip
+    subprocess.run(["openssl", "x509", "-req", "-in", csr, "-CA", ca, "-CAkey", ca_key,
+                    "-CAcreateserial", "-days", "1", "-out", cert],
+                   check=True, capture_output=True)  # fmt: skip
+    tls = ["--tls-ca-file", str(ca), "--tls-cert", str(cert), "--tls-key", str(key)]
+    file = tmp_path / "scheduler.json"
+    procs = [
+        _spawn(
+            [sys.executable, "-m", "distributed.cli.dask_scheduler", "--protocol", "tls",
+             "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+             "--scheduler-file", str(file), *tls],
+            tmp_path / "scheduler.log",
+        )
+    ]  # fmt: skip
+    try:
+        for _ in range(300):
+            if file.exists() and file.stat().st_size:
+                break
+            time.sleep(0.1)
+        address = json.loads(file.read_text())["address"]
+        assert address.startswith("tls://127.0.0.1:")
+        procs.append(
+            _spawn(
+                [sys.executable, "-m", "autosched", "worker", "--scheduler", address,
+                 "--target", "llvm", "--name", "tls-cpu", *tls],
+                tmp_path / "worker.log",
+            )
+        )  # fmt: skip
+        job = tmp_path / "tls.toml"
+        job.write_text('name = "tls"\ntrials = 4\nbatch = 4\n[[tasks]]\nop = "matmul"\n'
+                       'shape = "64,64,64"\ntargets = ["llvm"]\n')  # fmt: skip
+        db = tmp_path / "records.db"
+        ok = _cli("job", "run", str(job), "--scheduler", address, "--db", str(db), *tls)
+        assert ok.returncode == 0, ok.stderr[-3000:]
+        assert "4 trials measured" in ok.stdout
+        bare = _cli("job", "run", str(job), "--scheduler", address, "--db", str(db), timeout=120)
+        assert bare.returncode == 2 and bare.stderr.count("\n") == 1, bare.stderr[-3000:]
+        assert "speaks TLS; accepted: --tls-ca-file, --tls-cert and --tls-key" in bare.stderr
+        # Plain TCP to the TLS port: the scheduler never completes a handshake.
+        plain = address.replace("tls://", "tcp://")
+        refused = _cli("job", "run", str(job), "--scheduler", plain, "--db", str(db), timeout=120)
+        assert refused.returncode == 2 and refused.stderr.count("\n") == 1, refused.stderr
+        assert f"cannot reach the Dask scheduler at {plain}" in refused.stderr
+        half = _cli("job", "run", str(job), "--scheduler", address, "--tls-cert", str(cert))
+        assert half.returncode == 2
+        assert "TLS needs --tls-ca-file, --tls-cert and --tls-key together" in half.stderr
+    finally:
+        _stop(procs)

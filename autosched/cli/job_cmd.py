@@ -36,6 +36,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     when.add_argument("--hours", type=float, help="stop proposing after this many hours")
     when.add_argument("--until", metavar="HH:MM", help="stop proposing at this local time")
     run.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    _tls_args(run)
     run.set_defaults(func=cmd_job_run)
     status = sub.add_parser("status", help="done/left per task and device kind, from the records")
     status.add_argument("job", metavar="JOB.toml")
@@ -56,7 +57,26 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     w.add_argument("--target", choices=TARGET_CHOICES, default="opencl")
     w.add_argument("--name", default=None, help="the worker's name in records and reports")
+    _tls_args(w)
     w.set_defaults(func=cmd_worker)
+
+
+def _tls_args(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("TLS (a farm that crosses a network; all three or none)")
+    g.add_argument("--tls-ca-file", metavar="PEM", help="the farm's CA certificate")
+    g.add_argument("--tls-cert", metavar="PEM", help="this process's certificate")
+    g.add_argument("--tls-key", metavar="PEM", help="this process's private key")
+
+
+def _security(args: argparse.Namespace):
+    from autosched.farm.worker import tls_security
+
+    try:
+        return tls_security(args.tls_ca_file, args.tls_cert, args.tls_key)
+    except OSError as exc:
+        raise InvalidInputError(
+            f"cannot read TLS file {exc.filename}: {exc.strerror}; accepted: PEM files"
+        ) from None
 
 
 def deadline_of(args: argparse.Namespace, now: dt.datetime | None = None) -> float | None:
@@ -117,7 +137,9 @@ def cmd_job_run(args: argparse.Namespace) -> int:
     deadline = deadline_of(args)
     db = _open_db(args.db)
     try:
-        result = _run(job, args.scheduler, db, deadline)
+        result = _run(
+            job, args.scheduler, db, deadline, _security(args) if args.scheduler else None
+        )
     finally:
         db.close()
     rows = _result_rows(result)
@@ -162,7 +184,7 @@ def _need_dask() -> None:
         ) from None
 
 
-def _run(job, scheduler: str | None, db, deadline: float | None):
+def _run(job, scheduler: str | None, db, deadline: float | None, security=None):
     _need_dask()
     from distributed import Client
 
@@ -170,8 +192,13 @@ def _run(job, scheduler: str | None, db, deadline: float | None):
     from autosched.tuning.loop import run_job
 
     if scheduler:
+        if scheduler.startswith("tls://") and security is None:
+            raise InvalidInputError(
+                f"--scheduler {scheduler} speaks TLS; accepted: --tls-ca-file, --tls-cert "
+                "and --tls-key with the farm's certificates"
+            )
         try:
-            client = Client(scheduler, timeout="20s")
+            client = Client(scheduler, timeout="20s", security=security)
         except OSError as exc:
             raise InvalidInputError(
                 f"cannot reach the Dask scheduler at {scheduler}: {exc}; accepted: the "
@@ -260,5 +287,6 @@ def cmd_worker(args: argparse.Namespace) -> int:
     from autosched.farm.worker import resources_of, serve
 
     devices = [(args.target, args.device)]
+    security = _security(args)
     resources_of(devices)  # opens the device here: a bad --device fails before Dask starts
-    return serve(args.scheduler, devices, name=args.name)
+    return serve(args.scheduler, devices, name=args.name, security=security)
