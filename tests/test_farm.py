@@ -291,3 +291,88 @@ def test_a_tls_farm_runs_with_certificates_and_refuses_a_client_without(tmp_path
         assert "TLS needs --tls-ca-file, --tls-cert and --tls-key together" in half.stderr
     finally:
         _stop(procs)
+
+
+def _die(request):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_poison_batch_ends_as_error_records_and_the_job_goes_on(tmp_path):
+    """A batch that kills every worker it lands on: Dask gives up on it after its allowed
+    failures (KilledWorker), the job stores its candidates as run errors and tops the
+    task up with others. The cluster also has an llvm device that no task needs."""
+    import dask
+    from distributed import Client
+
+    from autosched.farm.runner import DaskRunner, local_cluster
+    from autosched.farm.worker import resource_name
+    from autosched.tuning import job_from_dict
+    from autosched.tuning.loop import run_job
+
+    class PoisonSecondBatch(DaskRunner):
+        poisoned: list = []
+
+        def submit(self, slot, request):
+            if request.workload["op"] == "softmax" and request.rounds == 0:
+                self.poisoned.append(request)
+                if len(self.poisoned) == 2:
+                    return self.client.submit(
+                        _die, request, resources={resource_name(slot.device_key): 1}, pure=False
+                    )
+            return super().submit(slot, request)
+
+    job = job_from_dict(
+        {
+            "name": "poison",
+            "trials": 12,
+            "batch": 4,
+            "tasks": [
+                {"op": "softmax", "shape": "rows=256,cols=128"},
+                {"op": "matmul", "shape": "64,64,64"},
+            ],
+        }
+    )
+    db = SQLiteDatabase(tmp_path / "records.db")
+    with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
+        with local_cluster(["opencl", "llvm"]) as cluster, Client(cluster) as client:
+            runner = PoisonSecondBatch(client)
+            assert {s.target for s in runner.slots()} == {"opencl", "llvm"}
+            result = run_job(job, runner, db, finalists=0)
+    records = db.query()
+    db.close()
+    assert result.failed_batches == 1
+    poison = {_config_key(c) for c in PoisonSecondBatch.poisoned[1].configs}
+    failed = [r for r in records if r.status == "run_error"]
+    assert {r.config_key for r in failed} == poison
+    assert all("KilledWorker" in r.error for r in failed)
+    # Every task topped up on the one device kind it needs; the llvm device got nothing.
+    assert {r.target for r in records} == {"opencl"}
+    for op in ("softmax", "matmul"):
+        keys = [r.config_key for r in records if r.op == op]
+        assert len(keys) == len(set(keys)) == 12, op
+
+
+def _config_key(config_json):
+    from autosched.space.config import Config
+
+    return Config.from_json(config_json).key
+
+
+def test_a_kernel_past_its_time_limit_is_killed_and_the_job_goes_on(tmp_path):
+    """The untuned 1024^3 matmul runs for about half a second per launch on a CPU; with a
+    one-second limit per candidate its measurement child is killed (``timeout``), a
+    fresh one takes over on the same worker, and the job finishes."""
+    job = tmp_path / "hang.toml"
+    job.write_text(
+        'name = "hang"\ntrials = 4\nbatch = 4\ntimeout = 1\n[[tasks]]\nop = "matmul"\n'
+        'shape = "1024,1024,1024"\ntargets = ["opencl"]\n'
+    )
+    db = tmp_path / "records.db"
+    run = _cli("job", "run", str(job), "--db", str(db))
+    assert run.returncode == 0, run.stderr[-3000:]
+    _check_topped_up(db, trials=4, pairs=1)
+    records = _records(db)
+    timeouts = [r for r in records if r.status == "timeout"]
+    assert timeouts and all("1" in r.error for r in timeouts), [
+        (r.status, r.error) for r in records
+    ]
