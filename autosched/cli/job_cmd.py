@@ -109,25 +109,65 @@ def _open_db(path: str | None):
 
 
 class _JobProgress:
-    """One line per batch that came back: task, device kind, trials, best, time left."""
+    """Live progress per task and device kind: trials done and left, best so far,
+    devices alive, time to the deadline. A table redrawn in place on a terminal (rich);
+    one line per batch otherwise (logs, CI)."""
 
     def __init__(self, stream=sys.stderr) -> None:
         self.stream = stream
+        self.live = None
+        if stream.isatty():
+            from rich.console import Console
+            from rich.live import Live
+
+            self.live = Live(console=Console(file=stream), auto_refresh=False, transient=False)
+            self.live.start()
 
     def __call__(self, ev) -> None:
-        pair = ev.pair
-        best = pair.best_gflops
         left = ""
         if ev.deadline is not None:
-            left = f"  {max(0.0, ev.deadline - time.time()) / 60:.0f} min to the deadline"
-        self.stream.write(
-            f"{ev.elapsed_s:7.1f}s  {pair.name}: {len(pair.measured)}/{pair.task.trials}"
-            f"  best {best:.1f} GFLOP/s{left}\n"
-            if best
-            else f"{ev.elapsed_s:7.1f}s  {pair.name}: {len(pair.measured)}/{pair.task.trials}"
-            f"  no valid kernel yet{left}\n"
-        )
-        self.stream.flush()
+            left = f", {max(0.0, ev.deadline - time.time()) / 60:.0f} min to the deadline"
+        head = f"{ev.elapsed_s:.0f} s, {ev.devices} device(s) alive{left}"
+        if self.live is None:
+            pair = ev.pair
+            best = (
+                f"best {pair.best_gflops:.1f} GFLOP/s"
+                if pair.best_gflops
+                else "no valid kernel yet"
+            )
+            self.stream.write(
+                f"{head}: {pair.name} {len(pair.measured)}/{pair.task.trials}  {best}\n"
+            )
+            self.stream.flush()
+            return
+        from rich.table import Table
+
+        table = Table(title=head, title_justify="left", box=None, pad_edge=False)
+        for col, just in (
+            ("task", "left"),
+            ("target", "left"),
+            ("device", "left"),
+            ("done", "right"),
+            ("left", "right"),
+            ("best GFLOP/s", "right"),
+        ):
+            table.add_column(col, justify=just)
+        for pair in ev.pairs:
+            best = f"{pair.best_gflops:.1f}" if pair.best_gflops else "-"
+            done = len(pair.measured)
+            table.add_row(
+                pair.task.name,
+                pair.task.target,
+                pair.slot.name[:40],
+                str(done),
+                str(max(0, pair.task.trials - done)),
+                best,
+            )
+        self.live.update(table, refresh=True)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
 
 
 def cmd_job_run(args: argparse.Namespace) -> int:
@@ -189,7 +229,6 @@ def _run(job, scheduler: str | None, db, deadline: float | None, security=None):
     from distributed import Client
 
     from autosched.farm.runner import DaskRunner, local_cluster
-    from autosched.tuning.loop import run_job
 
     if scheduler:
         if scheduler.startswith("tls://") and security is None:
@@ -205,9 +244,19 @@ def _run(job, scheduler: str | None, db, deadline: float | None, security=None):
                 "address `dask scheduler` printed, e.g. tcp://HOST:8786"
             ) from None
         with client:
-            return run_job(job, DaskRunner(client), db, deadline=deadline, progress=_JobProgress())
+            return _with_progress(job, DaskRunner(client), db, deadline)
     with local_cluster(job.targets()) as cluster, Client(cluster) as client:
-        return run_job(job, DaskRunner(client), db, deadline=deadline, progress=_JobProgress())
+        return _with_progress(job, DaskRunner(client), db, deadline)
+
+
+def _with_progress(job, runner, db, deadline: float | None):
+    from autosched.tuning.loop import run_job
+
+    progress = _JobProgress()
+    try:
+        return run_job(job, runner, db, deadline=deadline, progress=progress)
+    finally:
+        progress.close()
 
 
 def _result_rows(result) -> list[dict[str, Any]]:

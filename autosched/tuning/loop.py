@@ -70,6 +70,8 @@ class JobEvent:
     batch: tuple[Record, ...]
     elapsed_s: float
     deadline: float | None
+    pairs: tuple[Pair, ...] = ()
+    devices: int = 0  # devices the runner reaches now (farm workers alive)
 
 
 @dataclass
@@ -211,7 +213,9 @@ def run_job(
                 ]
             batch = _store(db, pair, configs, result)
             if progress:
-                progress(JobEvent(pair, tuple(batch), time.time() - start, deadline))
+                devices = sum(s.count for s in slots.values())
+                elapsed = time.time() - start
+                progress(JobEvent(pair, tuple(batch), elapsed, deadline, tuple(pairs), devices))
 
     reached = stopping()
     if finalists and not reached:
