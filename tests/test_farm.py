@@ -376,3 +376,48 @@ def test_a_kernel_past_its_time_limit_is_killed_and_the_job_goes_on(tmp_path):
     assert timeouts and all("1" in r.error for r in timeouts), [
         (r.status, r.error) for r in records
     ]
+
+
+def test_the_job_and_its_workers_ride_out_a_scheduler_restart(tmp_path):
+    """The scheduler is SIGKILLed mid-job and started again on the same address: the
+    batches it held are proposed again, the workers serve the new scheduler, the job's
+    client reconnects and the job finishes with every candidate stored once."""
+    import socket
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    sock.close()
+    address = f"tcp://127.0.0.1:{port}"
+    args = [sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+            "--port", str(port), "--no-dashboard"]  # fmt: skip
+    procs = [_spawn(args, tmp_path / "scheduler-1.log")]
+    try:
+        time.sleep(2)
+        procs += [_worker(tmp_path, address, t, f"w-{t}") for t in ("opencl", "llvm")]
+        job = tmp_path / "night.toml"
+        job.write_text(JOB.format(trials=24))
+        db = tmp_path / "records.db"
+        out = tmp_path / "result.json"
+        run = subprocess.Popen(
+            [sys.executable, "-m", "autosched", "job", "run", str(job), "--scheduler", address,
+             "--db", str(db), "--json", str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.time() + 240
+        while time.time() < deadline and run.poll() is None:
+            if len(_records(db)) >= 8:
+                break
+            time.sleep(0.2)
+        os.killpg(procs[0].pid, signal.SIGKILL)
+        procs[0].wait(timeout=10)
+        time.sleep(1)
+        procs.append(_spawn(args, tmp_path / "scheduler-2.log"))
+        stdout, stderr = run.communicate(timeout=400)
+        assert run.returncode == 0, stderr[-3000:]
+        assert "batch lost with the scheduler" in stderr, stderr[-3000:]
+        assert all(t["trials"] == 24 for t in json.loads(out.read_text())["tasks"])
+        _check_topped_up(db, trials=24, pairs=3)
+    finally:
+        _stop(procs)
+    assert not [p.pid for p in procs if _group_alive(p)]

@@ -243,8 +243,11 @@ def _run(job, scheduler: str | None, db, deadline: float | None, security=None):
                 f"cannot reach the Dask scheduler at {scheduler}: {exc}; accepted: the "
                 "address `dask scheduler` printed, e.g. tcp://HOST:8786"
             ) from None
-        with client:
-            return _with_progress(job, DaskRunner(client), db, deadline)
+        runner = DaskRunner(client, address=scheduler, security=security)
+        try:
+            return _with_progress(job, runner, db, deadline)
+        finally:
+            runner.client.close()
     with local_cluster(job.targets()) as cluster, Client(cluster) as client:
         return _with_progress(job, DaskRunner(client), db, deadline)
 

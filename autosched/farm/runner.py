@@ -11,24 +11,49 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Sequence
+from concurrent.futures import CancelledError
 from typing import Any
 
 import dask
 from distributed import Client, Nanny, Scheduler, SpecCluster, wait
 
 from autosched.farm.worker import describe, nanny_options, resource_name, run_batch
-from autosched.tuning.runner import BatchRequest, Slot
+from autosched.tuning.runner import BatchRequest, LostBatch, Slot
 
 log = logging.getLogger(__name__)
 
 
 class DaskRunner:
-    """Measures batches on the workers of a Dask cluster."""
+    """Measures batches on the workers of a Dask cluster.
 
-    def __init__(self, client: Client) -> None:
+    When the scheduler goes away, the batches in flight come back as
+    :class:`~autosched.tuning.runner.LostBatch` (never measured as far as the records
+    know, so they are proposed again); Dask's client reconnects by itself within its
+    timeout, and past that this runner connects anew whenever it is asked for devices.
+    """
+
+    def __init__(self, client: Client, *, address: str | None = None, security: Any = None) -> None:
         self.client = client
+        self.address = address
+        self.security = security
+
+    def _connected(self) -> bool:
+        if self.client.status in ("running", "connecting"):
+            return self.client.status == "running"
+        if self.address is None:
+            return False
+        try:
+            client = Client(self.address, timeout="5s", security=self.security)
+        except OSError:
+            return False
+        log.warning("connected to the Dask scheduler at %s again", self.address)
+        self.client.close()
+        self.client = client
+        return True
 
     def slots(self) -> list[Slot]:
+        if not self._connected():
+            return []
         try:
             by_worker = self.client.run(describe, on_error="ignore")
         except Exception as exc:  # the scheduler is away: no device for now
@@ -55,10 +80,18 @@ class DaskRunner:
             done, _ = wait(list(handles), timeout=timeout_s, return_when="FIRST_COMPLETED")
         except TimeoutError:
             return []
-        out = []
+        except CancelledError:  # the scheduler went away: every future was cancelled
+            done = [f for f in handles if f.cancelled()]
+        out: list[tuple[Any, Any]] = []
         for fut in handles:
-            if fut in done:
-                out.append((fut, fut.result() if fut.status == "finished" else fut.exception()))
+            if fut not in done:
+                continue
+            if fut.cancelled():
+                out.append((fut, LostBatch(f"batch lost with the scheduler ({fut.key})")))
+            elif fut.status == "finished":
+                out.append((fut, fut.result()))
+            else:
+                out.append((fut, fut.exception()))
         return out
 
     def cancel(self, handles: Sequence[Any]) -> None:

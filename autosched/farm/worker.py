@@ -150,11 +150,27 @@ def serve(
     options = nanny_options(devices, name=name, security=security)
 
     async def main() -> None:
-        async with Nanny(scheduler, **options) as nanny:
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, lambda: asyncio.ensure_future(nanny.close()))
-            await nanny.finished()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        # A worker closes when its scheduler goes away; a farm's scheduler may be
+        # restarted, so serve again until told to stop.
+        while not stop.is_set():
+            async with Nanny(scheduler, **options) as nanny:
+                finished = asyncio.ensure_future(nanny.finished())
+                stopped = asyncio.ensure_future(stop.wait())
+                await asyncio.wait({finished, stopped}, return_when=asyncio.FIRST_COMPLETED)
+                if stop.is_set():
+                    await nanny.close()
+            if not stop.is_set():
+                log.warning(
+                    "the scheduler at %s went away; serving again when it is back", scheduler
+                )
+                try:
+                    await asyncio.wait_for(stop.wait(), timeout=2.0)
+                except TimeoutError:
+                    pass
 
     asyncio.run(main())
     return 0

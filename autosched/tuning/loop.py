@@ -27,7 +27,7 @@ from autosched.search import SearchStrategy, make_strategy
 from autosched.space.config import Config
 from autosched.space.space import Space
 from autosched.tuning.job import Job, Task
-from autosched.tuning.runner import BatchRequest, Runner, Slot
+from autosched.tuning.runner import BatchRequest, LostBatch, Runner, Slot
 from autosched.tuning.scheduler import TaskProgress, TaskScheduler, make_policy
 
 log = logging.getLogger(__name__)
@@ -204,6 +204,11 @@ def run_job(
         for handle, result in runner.wait(list(in_flight), 1.0):
             pair, configs = in_flight.pop(handle)
             busy[pair.slot.device_key] -= 1
+            if isinstance(result, LostBatch):
+                log.warning("%s: %s; it is proposed again", pair.name, result)
+                pair.in_flight.difference_update(c.key for c in configs)
+                pair.progress.in_flight -= len(configs)
+                continue
             if isinstance(result, BaseException):
                 failed += 1
                 log.warning("%s: a batch failed: %s: %s", pair.name, type(result).__name__, result)

@@ -59,6 +59,10 @@ class BatchRequest:
     rounds: int = 0
 
 
+class LostBatch(Exception):
+    """A batch that never reached a device (its runner lost it); it is proposed again."""
+
+
 class Runner(Protocol):
     def slots(self) -> list[Slot]:
         """Device kinds reachable now (it may change: farm workers come and go)."""
@@ -70,7 +74,8 @@ class Runner(Protocol):
 
     def wait(self, handles: Sequence[Any], timeout_s: float) -> list[tuple[Any, Any]]:
         """The handles that finished within ``timeout_s`` (at least one if any can),
-        each with its ``list[Record]`` or the exception that ended it."""
+        each with its ``list[Record]`` or the exception that ended it (:class:`LostBatch`
+        for one that was never measured)."""
         ...
 
     def cancel(self, handles: Sequence[Any]) -> None:
