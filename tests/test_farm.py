@@ -421,3 +421,50 @@ def test_the_job_and_its_workers_ride_out_a_scheduler_restart(tmp_path):
     finally:
         _stop(procs)
     assert not [p.pid for p in procs if _group_alive(p)]
+
+
+def test_batches_reach_only_workers_of_their_device_kind(tmp_path, farm):
+    """Three device kinds on one machine: PoCL's and Mesa rusticl's OpenCL CPU devices
+    and the llvm host. Each task is tuned on every kind of its target, and a batch for
+    one kind never reaches another's worker (a worker refuses such a batch, which would
+    show as a run_error record)."""
+    address, procs = farm
+    rusticl_env = dict(os.environ, RUSTICL_ENABLE="llvmpipe")
+    listed = subprocess.run(
+        [sys.executable, "-m", "autosched", "devices"], capture_output=True, text=True,
+        env=rusticl_env, check=True,
+    ).stdout  # fmt: skip
+    assert "llvmpipe" in listed and "pthread" in listed, listed
+    procs.append(_worker(tmp_path, address, "llvm", "cpu"))
+    procs.append(
+        _spawn(
+            [sys.executable, "-m", "autosched", "worker", "--scheduler", address,
+             "--device", "pthread", "--name", "pocl"],
+            tmp_path / "pocl.log",
+        )
+    )  # fmt: skip
+    procs.append(
+        subprocess.Popen(
+            [sys.executable, "-m", "autosched", "worker", "--scheduler", address,
+             "--device", "llvmpipe", "--name", "rusticl"],
+            stdout=(tmp_path / "rusticl.log").open("w"), stderr=subprocess.STDOUT,
+            start_new_session=True, env=rusticl_env,
+        )
+    )  # fmt: skip
+    job = tmp_path / "route.toml"
+    job.write_text(
+        'name = "route"\ntrials = 4\nbatch = 4\n[[tasks]]\nop = "matmul"\n'
+        'shape = "64,64,64"\ntargets = ["opencl", "llvm"]\n'
+    )
+    db = tmp_path / "records.db"
+    run = _cli("job", "run", str(job), "--scheduler", address, "--db", str(db))
+    assert run.returncode == 0, run.stderr[-3000:]
+    records = _records(db)
+    kinds = {(r.target, r.device_key, r.device["name"]) for r in records}
+    assert sorted(t for t, _, _ in kinds) == ["llvm", "opencl", "opencl"], kinds
+    names = [n for t, _, n in kinds if t == "opencl"]
+    assert any("llvmpipe" in n for n in names) and any("pthread" in n for n in names), names
+    assert not [r for r in records if r.status == "run_error"]
+    _check_topped_up(db, trials=4, pairs=3)
+    # Two CPU cores cannot run 64^3 at a teraflop: every timing is physical.
+    assert all(r.gflops < 1000 for r in records if r.ok), max(r.gflops for r in records if r.ok)
