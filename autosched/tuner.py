@@ -12,6 +12,7 @@ import concurrent.futures as cf
 import logging
 import multiprocessing as mp
 import os
+import signal
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -132,6 +133,11 @@ def _build_task(
     return BuildResult(program, OK, "", time.perf_counter() - start)
 
 
+def _ignore_sigint() -> None:
+    """Ctrl-C is the tuning process's to handle: it shuts the build pool down itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class _Builders:
     """A process pool that survives a crashing build."""
 
@@ -141,7 +147,9 @@ class _Builders:
 
     def submit(self, *args) -> cf.Future:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+            self._pool = cf.ProcessPoolExecutor(
+                self.workers, mp_context=mp.get_context("spawn"), initializer=_ignore_sigint
+            )
         return self._pool.submit(_build_task, *args)
 
     def result(self, fut: cf.Future, timeout_s: float) -> BuildResult:

@@ -77,6 +77,10 @@ class DevicePlugin(WorkerPlugin):
         self.sessions: dict[str, DeviceSession] = {}
 
     def setup(self, worker: Any) -> None:
+        # Ctrl-C at a terminal reaches the whole process group: the job's client (or the
+        # worker's nanny) owns it and closes this worker in order. Ignored here, it is
+        # ignored by the measurement and build children too (SIG_IGN survives exec).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         for target, selector in self.devices:
             device = select_device(selector, target=target)
             session = DeviceSession(device, target, worker=str(worker.name))
@@ -131,7 +135,7 @@ def nanny_options(
         "memory_limit": 0,
     }
     if quiet:  # a local cluster's workers speak only of trouble
-        options["silence_logs"] = logging.WARNING
+        options["silence_logs"] = logging.ERROR
     if name:
         options["name"] = name
     if security is not None:
