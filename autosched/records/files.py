@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.base import Database
 from autosched.records.record import STATUSES, Record, canonical_json
-from autosched.records.sqlite import SQLiteDatabase, check_record
+from autosched.records.rows import check_record
+from autosched.records.sqlite import SQLiteDatabase
 
 if TYPE_CHECKING:
     import pandas
