@@ -31,6 +31,7 @@ from __future__ import annotations
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -203,7 +204,7 @@ class SQLiteDatabase:
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         if not self._memory:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._enable_wal(conn)
             if str(mode).lower() != "wal":
                 raise RecordsError(
                     f"cannot open records database {self._path}: journal mode WAL is not "
@@ -247,6 +248,24 @@ class SQLiteDatabase:
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL, waiting for other processes doing the same (SQLite does not wait
+        for the busy timeout there: several processes opening a new file at once fail)."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+                busy = (
+                    code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                    if code is not None
+                    else "locked" in str(exc)
+                )
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
 
     def _check_not_newer(self, version: int | None) -> None:
         if version is not None and version > SCHEMA_VERSION:
