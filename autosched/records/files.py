@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.base import Database
+from autosched.records.opener import open_database
 from autosched.records.record import STATUSES, Record, canonical_json
 from autosched.records.rows import check_record
-from autosched.records.sqlite import SQLiteDatabase
 
 if TYPE_CHECKING:
     import pandas
@@ -259,13 +259,14 @@ def import_jsonl(db: Database, source: TextIO | PathLike) -> ImportReport:
 def merge(dst_db: Database, src_dbs: Iterable[Database | PathLike]) -> ImportReport:
     """Add every record of each source to ``dst_db`` (one transaction per source).
 
-    Sources may be open databases or paths of SQLite files (opened, never created).
+    Sources may be open databases, or paths and URLs that ``open_database`` reads
+    (opened, never created), so records move between SQLite and PostgreSQL either way.
     Merging is a union and idempotent: records already in ``dst_db`` count as duplicates.
     """
     added = duplicates = 0
     for src in src_dbs:
         if isinstance(src, (str, os.PathLike)):
-            with SQLiteDatabase(src, create=False) as opened:
+            with open_database(src, create=False) as opened:
                 records = opened.query()
         else:
             records = src.query()
