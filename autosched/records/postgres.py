@@ -289,9 +289,16 @@ class PostgresDatabase:
             )
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_SCHEMA_LOCK,))
-            version = self._schema_version(conn)
+            # Not _schema_version(): after waiting for the lock, this session's catalog
+            # snapshot may predate the tables that the lock holder created, while a
+            # statement on the table itself takes a fresh look.
+            conn.execute(_SCHEMA[0])
+            row = conn.execute(
+                "SELECT value FROM records_meta WHERE key = 'schema_version'"
+            ).fetchone()
+            version = int(row[0]) if row else None
             if version is None:
-                for statement in _SCHEMA:
+                for statement in _SCHEMA[1:]:
                     conn.execute(statement)
                 conn.execute(
                     "INSERT INTO records_meta (key, value) VALUES ('schema_version', %s)",
