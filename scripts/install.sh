@@ -23,6 +23,11 @@ for pkg in ocl-icd-libopencl1 pocl-opencl-icd g++; do
 done
 # chromium: the report test renders the HTML report headless.
 case ",$EXTRAS," in *,test,*) dpkg -s chromium >/dev/null 2>&1 || need_apt+=(chromium) ;; esac
+# farm: a PostgreSQL server for the records tests, and Mesa's rusticl, a second OpenCL
+# driver (llvmpipe, with RUSTICL_ENABLE=llvmpipe) for tests of routing by device kind.
+case ",$EXTRAS," in *,farm,*)
+  for pkg in postgresql mesa-opencl-icd; do dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg"); done ;;
+esac
 # Debian/Ubuntu ship venv's pip bootstrap separately.
 if [ ! -x "$VENV/bin/python" ] && ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
   need_apt+=(python3-venv)
@@ -43,7 +48,7 @@ VPY="$VENV/bin/python"
 # Modules each extra brings; a missing one means that extra is installed (again).
 check="import importlib.metadata as m, sys
 import autosched, pyopencl, tvm, sklearn, lightgbm, optuna, pandas, rich  # noqa: F401
-mods = {'test': ['pytest'], 'bench': ['kernel_tuner', 'psutil']}
+mods = {'test': ['pytest'], 'bench': ['kernel_tuner', 'psutil'], 'farm': ['distributed', 'psycopg']}
 for extra in filter(None, '$EXTRAS'.split(',')):
     for mod in mods.get(extra, []):
         __import__(mod)

@@ -104,6 +104,17 @@ def default_db_path() -> Path:
     return root / "autosched" / "records.db"
 
 
+def _create_error(path: Path) -> str | None:
+    """Why the operating system refuses to create ``path``, or None when it does not."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError as exc:
+        return (exc.strerror or str(exc)).lower()
+    os.close(fd)
+    os.unlink(path)
+    return None
+
+
 def _first_existing(path: Path) -> Path:
     for candidate in (path, *path.parents):
         if candidate.exists():
@@ -195,6 +206,8 @@ class SQLiteDatabase:
                     reason = "permission denied"
                 elif not os.access(self._path.parent, os.W_OK):
                     reason = "permission denied"
+                elif not self._path.exists():  # access() grants root what the folder refuses
+                    reason = _create_error(self._path) or reason
             elif "readonly" in reason or "read-only" in reason:
                 reason = "the file or its folder is read-only"
         return RecordsError(
