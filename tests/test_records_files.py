@@ -22,6 +22,7 @@ from autosched.records.files import (
     export_jsonl,
     import_jsonl,
     merge,
+    parse_line,
     prune,
     stats,
 )
@@ -79,6 +80,25 @@ def test_export_import_round_trip(full_db: Database, tmp_path: Path) -> None:
         report = import_jsonl(copy, out)
         assert report == ImportReport(added=len(full_db), duplicates=0, errors=())
         assert copy.query() == full_db.query()
+
+
+def test_measurement_times_travel_through_files_and_stay_out_when_unset(
+    db: Database, tmp_path: Path
+) -> None:
+    timed = Record(
+        **{**make_record(0).__dict__, "started_at": 1.7e9 + 0.5, "ended_at": 1.7e9 + 0.75}
+    )
+    db.add([timed, make_record(1)])
+    out = tmp_path / "t.jsonl"
+    export_jsonl(db, out)
+    first, second = (json.loads(line) for line in out.read_text().splitlines())
+    assert first["started_at"] == 1.7e9 + 0.5 and "worker" not in first
+    # a record without them is written as before, so older versions still import it
+    assert not {"started_at", "ended_at", "worker"} & set(second)
+    assert parse_line(canonical_json(first)) == timed
+    with SQLiteDatabase(tmp_path / "copy.db") as copy:
+        assert import_jsonl(copy, out).added == 2
+        assert copy.query() == db.query()
 
 
 def test_export_to_stream_with_filters(full_db: Database) -> None:

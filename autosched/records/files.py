@@ -6,7 +6,8 @@ database ignores duplicate records, importing or merging the same data twice add
 nothing the second time.
 
 Everything here works on any :class:`~autosched.records.base.Database`; only
-:func:`prune` needs a database that can delete (``SQLiteDatabase.delete``).
+:func:`prune` needs a database that can delete (``delete``, which both the SQLite and
+the PostgreSQL database have).
 """
 
 from __future__ import annotations
@@ -389,7 +390,7 @@ def prune(
     if not callable(delete):
         raise RecordsError(
             f"{type(db).__name__} cannot delete records; prune needs a database with a "
-            "delete method, such as SQLiteDatabase"
+            "delete method, such as SQLiteDatabase or PostgresDatabase"
         )
     records = db.query(**_filters(op, device_key, device_family, target, status))
     doomed: list[int] = []

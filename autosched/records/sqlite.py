@@ -21,7 +21,7 @@ median (p99) of 2,000 random lookups, including building the Record objects:
 * ``measured_config_keys(w, device_key=d, target=t)``: 0.048 ms (0.087 ms), 125 keys
 
 Each is one index range search (``EXPLAIN QUERY PLAN`` shows the partial indexes of
-``_SCHEMA``; ``measured_config_keys`` reads a covering index only). A full table scan
+``rows.INDEXES``; ``measured_config_keys`` reads a covering index only). A full table scan
 takes ~10 ms per lookup; the unique index alone, 0.05-0.17 ms. Adding the 100,000 rows
 in one call took 3.1 s.
 """
