@@ -13,11 +13,11 @@ import logging
 import multiprocessing as mp
 import os
 import signal
+import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -204,6 +204,7 @@ class Tuner:
         self.device_family = device.family(target)
         self.fingerprint = device.fingerprint(target)
         self.run_id = uuid.uuid4().hex[:12]
+        self.worker_name = f"{socket.gethostname()}:{os.getpid()}"  # who measured, per record
         rng = np.random.default_rng([seed, 0x5EED])
         inputs = workload.make_inputs(rng)
         rtol, atol = workload.tolerance()
@@ -217,7 +218,13 @@ class Tuner:
         self.builders.close()
 
     # one candidate -> one record
-    def _record(self, config: Config, build: BuildResult, outcome: RunOutcome | None) -> Record:
+    def _record(
+        self,
+        config: Config,
+        build: BuildResult,
+        outcome: RunOutcome | None,
+        started_at: float | None = None,
+    ) -> Record:
         status, error, lat = build.status, build.error, ()
         if outcome is not None:
             status, error, lat = outcome.status, outcome.error, outcome.latencies
@@ -245,6 +252,9 @@ class Tuner:
             gflops=gflops,
             timestamp=time.time(),
             run_id=self.run_id,
+            started_at=started_at,
+            ended_at=time.time() if started_at is not None else None,
+            worker=self.worker_name,
         )
 
     def _submit(self, config: Config) -> cf.Future:
@@ -268,10 +278,10 @@ class Tuner:
         out = []
         for config, fut, built in zip(configs, futures, builds):
             built = built or self.builders.result(fut, limit)
-            outcome = None
+            outcome, started_at = None, time.time()
             if built.program is not None:
                 outcome = self.worker.measure(built.program, self.data, self.timing)
-            rec = self._record(config, built, outcome)
+            rec = self._record(config, built, outcome, started_at)
             if rec.status != OK:
                 log.info("config %s: %s: %s", config.key, rec.status, rec.error[:300])
             out.append(rec)
@@ -287,6 +297,7 @@ class Tuner:
         """
         built = [self.builders.result(self._submit(c), max(60.0, self.timeout_s)) for c in configs]
         lats: list[list[float]] = [[] for _ in configs]
+        started_at = time.time()  # the rounds interleave: each record spans all of them
         failed: dict[int, RunOutcome] = {}
         for _ in range(rounds):
             for i, b in enumerate(built):
@@ -300,17 +311,19 @@ class Tuner:
         out = []
         for i, (config, b) in enumerate(zip(configs, built)):
             outcome = failed.get(i) or RunOutcome(OK, "", tuple(lats[i]))
-            out.append(self._record(config, b, outcome if b.program is not None else None))
+            measured = outcome if b.program is not None else None
+            out.append(self._record(config, b, measured, started_at))
         return out
 
 
 def _open_db(db: Database | str | os.PathLike | None) -> tuple[Database, bool]:
-    from autosched.records.sqlite import SQLiteDatabase, default_db_path
+    from autosched.records import open_database
+    from autosched.records.sqlite import default_db_path
 
     if db is None:
-        return SQLiteDatabase(default_db_path()), True
+        return open_database(default_db_path()), True
     if isinstance(db, (str, os.PathLike)):
-        return SQLiteDatabase(Path(db)), True
+        return open_database(db), True
     return db, False
 
 
@@ -336,7 +349,7 @@ def tune(
         trials: measured configs wanted in total (earlier runs' count; resuming tops up).
         batch: configs proposed, built and measured between two model updates.
         strategy: ``"model"`` (cost-model-guided evolution), ``"random"`` or ``"tpe"``.
-        db: a Database, or a path to an SQLite file (default: ``default_db_path()``).
+        db: a Database, or a path or URL for ``open_database`` (default: ``default_db_path()``).
         device: a device or selector (see ``select_device``); default: first GPU, else first
             device (OpenCL); the host CPU (llvm).
         target: ``"opencl"`` (OpenCL C on an OpenCL device) or ``"llvm"`` (TVM's LLVM

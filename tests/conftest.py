@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import subprocess
+
 import numpy as np
 import pytest
 
@@ -17,3 +19,27 @@ def make_data(workload, seed: int = 0) -> TestData:
     inputs = workload.make_inputs(np.random.default_rng(seed))
     rtol, atol = workload.tolerance()
     return TestData(workload.key, inputs, workload.reference(inputs), rtol, atol)
+
+
+@pytest.fixture(scope="session")
+def pg_server():
+    """A real PostgreSQL server on 127.0.0.1 for this session (see tests/pg_server.py).
+
+    Fails, never skips, when the server binaries are missing: the records suite runs
+    over every backend.
+    """
+    from tests.pg_server import PgServer
+
+    try:
+        server = PgServer().start()
+    except (RuntimeError, OSError, subprocess.CalledProcessError) as exc:
+        detail = getattr(exc, "stderr", "") or ""
+        pytest.fail(f"cannot start a PostgreSQL server for the tests: {exc} {detail}".strip())
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def pg_url(pg_server) -> str:
+    """The URL of a fresh, empty database on the session's server."""
+    return pg_server.url(pg_server.new_database())

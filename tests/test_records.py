@@ -1,5 +1,7 @@
-"""Conformance suite of the records database contract, run over every implementation,
-plus the SQLite specifics: durability under SIGKILL, several writers, bad paths."""
+"""Conformance suite of the records database contract, run over every implementation
+(an SQLite file, SQLite in memory, a real PostgreSQL server), plus the SQLite
+specifics: durability under SIGKILL, several writers, bad paths, schema upgrades.
+PostgreSQL's own tests are in test_records_postgres.py."""
 
 from __future__ import annotations
 
@@ -16,15 +18,23 @@ from pathlib import Path
 import pytest
 
 from autosched.errors import InvalidInputError, RecordsError
-from autosched.records import Database, Record
+from autosched.records import Database, Record, open_database
+from autosched.records.record import canonical_json
 from autosched.records.sqlite import SCHEMA_VERSION, SQLiteDatabase, default_db_path
 from tests.records_factory import make_record
 
 
-@pytest.fixture(params=["file", "memory"])
-def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLiteDatabase]:
-    path = tmp_path / "sub" / "records.db" if request.param == "file" else ":memory:"
-    database = SQLiteDatabase(path)
+@pytest.fixture(params=["file", "memory", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Where a fresh database of each backend lives: a path or a URL."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "sub" / "records.db") if request.param == "file" else ":memory:"
+
+
+@pytest.fixture
+def db(target: str) -> Iterator[Database]:
+    database = open_database(target)
     yield database
     database.close()
 
@@ -32,11 +42,11 @@ def db(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[SQLiteDatabas
 # -- the contract, over every implementation ------------------------------------------------
 
 
-def test_implements_protocol(db: SQLiteDatabase) -> None:
+def test_implements_protocol(db: Database) -> None:
     assert isinstance(db, Database)
 
 
-def test_add_then_query_round_trips_in_insertion_order(db: SQLiteDatabase) -> None:
+def test_add_then_query_round_trips_in_insertion_order(db: Database) -> None:
     records = [make_record(i, latency=(5 - i) * 1e-3) for i in range(4)]
     records.append(make_record(9, status="build_error"))
     ids = db.add(records)
@@ -48,7 +58,7 @@ def test_add_then_query_round_trips_in_insertion_order(db: SQLiteDatabase) -> No
     assert len(db) == 5
 
 
-def test_query_filters_are_anded(db: SQLiteDatabase) -> None:
+def test_query_filters_are_anded(db: Database) -> None:
     a = make_record(0)
     b = make_record(1, device_name="gpu")
     c = make_record(2, target="llvm")
@@ -70,14 +80,14 @@ def test_query_filters_are_anded(db: SQLiteDatabase) -> None:
     assert db.query(limit=0) == []
 
 
-def test_query_rejects_bad_filter_values(db: SQLiteDatabase) -> None:
+def test_query_rejects_bad_filter_values(db: Database) -> None:
     with pytest.raises(InvalidInputError, match="'bogus'.*ok, invalid"):
         db.query(status="bogus")
     with pytest.raises(InvalidInputError, match="limit=-1"):
         db.query(limit=-1)
 
 
-def test_best_returns_ok_records_fastest_first(db: SQLiteDatabase) -> None:
+def test_best_returns_ok_records_fastest_first(db: Database) -> None:
     lats = [4e-3, 1e-3, 3e-3, 2e-3]
     records = [make_record(i, latency=lat) for i, lat in enumerate(lats)]
     failed = make_record(10, status="wrong_result")
@@ -101,13 +111,13 @@ def test_best_returns_ok_records_fastest_first(db: SQLiteDatabase) -> None:
         db.best(wk, k=0)
 
 
-def test_best_breaks_latency_ties_by_id(db: SQLiteDatabase) -> None:
+def test_best_breaks_latency_ties_by_id(db: Database) -> None:
     records = [make_record(i, latency=1e-3) for i in range(3)]
     db.add(records)
     assert db.best(records[0].workload_key, k=3) == records
 
 
-def test_duplicate_add_is_idempotent(db: SQLiteDatabase) -> None:
+def test_duplicate_add_is_idempotent(db: Database) -> None:
     records = [make_record(i) for i in range(3)]
     ids = db.add(records)
     assert db.add(records) == ids
@@ -123,7 +133,7 @@ def test_duplicate_add_is_idempotent(db: SQLiteDatabase) -> None:
     assert db.add([]) == []
 
 
-def test_measured_config_keys(db: SQLiteDatabase) -> None:
+def test_measured_config_keys(db: Database) -> None:
     a = make_record(0)
     db.add(
         [
@@ -155,7 +165,7 @@ def test_measured_config_keys(db: SQLiteDatabase) -> None:
     ],
 )
 def test_batch_with_an_invalid_record_stores_nothing(
-    db: SQLiteDatabase, bad: Record, message: str
+    db: Database, bad: Record, message: str
 ) -> None:
     db.add([make_record(100)])
     with pytest.raises(InvalidInputError, match=message) as info:
@@ -167,8 +177,29 @@ def test_batch_with_an_invalid_record_stores_nothing(
     assert len(db) == 2
 
 
-def test_context_manager_closes(tmp_path: Path) -> None:
-    with SQLiteDatabase(tmp_path / "r.db") as database:
+def test_measurement_times_and_worker_round_trip_exactly(db: Database) -> None:
+    start = 1_763_900_000.123456  # epoch seconds with microseconds: REAL would lose them
+    timed = Record(
+        **{
+            **make_record(0).__dict__,
+            "started_at": start,
+            "ended_at": start + 0.000731,
+            "worker": "node-7:4242",
+        }
+    )
+    untimed = make_record(1)
+    ids = db.add([timed, untimed])
+    got = db.query()
+    assert got == [timed, untimed] and [r.id for r in got] == ids
+    assert got[0].started_at == start and got[0].ended_at == start + 0.000731
+    assert got[1].started_at is None and got[1].ended_at is None and got[1].worker == ""
+    # the times are not part of the identity: the same measurement with times is a duplicate
+    assert db.add([Record(**{**untimed.__dict__, "worker": "other"})]) == [ids[1]]
+    assert db.best(timed.workload_key, k=1)[0].worker == "node-7:4242"
+
+
+def test_context_manager_closes(target: str) -> None:
+    with open_database(target) as database:
         database.add([make_record(0)])
     with pytest.raises(RecordsError, match="closed"):
         database.query()
@@ -207,6 +238,105 @@ def test_newer_schema_is_refused(tmp_path: Path) -> None:
     conn.close()
     with pytest.raises(RecordsError, match="schema version 99"):
         SQLiteDatabase(path)
+
+
+# The layout of schema version 1, as autosched wrote it before the measurement times.
+_SCHEMA_V1 = """
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    workload_key TEXT NOT NULL, workload TEXT NOT NULL, target TEXT NOT NULL,
+    device_key TEXT NOT NULL, device_family TEXT NOT NULL, device TEXT NOT NULL,
+    config_key TEXT NOT NULL, config TEXT NOT NULL,
+    status TEXT NOT NULL CHECK (status IN
+        ('ok', 'invalid', 'build_error', 'run_error', 'timeout', 'wrong_result')),
+    error TEXT NOT NULL, latencies TEXT NOT NULL,
+    latency_s REAL, spread REAL, gflops REAL, timestamp REAL NOT NULL,
+    run_id TEXT NOT NULL, op TEXT NOT NULL,
+    UNIQUE (workload_key, device_key, config_key, timestamp, run_id)
+);
+CREATE INDEX records_best_device ON records (workload_key, device_key, latency_s)
+    WHERE status = 'ok' AND latency_s IS NOT NULL;
+CREATE INDEX records_measured ON records (workload_key, device_key, target, config_key);
+INSERT INTO meta VALUES ('schema_version', '1');
+"""
+
+
+def _old_database(path: Path, records: list[Record]) -> None:
+    conn = sqlite3.connect(path)
+    conn.executescript(_SCHEMA_V1)
+    for r in records:
+        conn.execute(
+            "INSERT INTO records (workload_key, workload, target, device_key, device_family, "
+            "device, config_key, config, status, error, latencies, latency_s, spread, gflops, "
+            "timestamp, run_id, op) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                r.workload_key,
+                canonical_json(r.workload),
+                r.target,
+                r.device_key,
+                r.device_family,
+                canonical_json(r.device),
+                r.config_key,
+                canonical_json(r.config),
+                r.status,
+                r.error,
+                canonical_json(list(r.latencies)),
+                r.latency_s,
+                r.spread,
+                r.gflops,
+                r.timestamp,
+                r.run_id,
+                r.op,
+            ),
+        )
+    conn.commit()
+    conn.close()
+
+
+def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    old = [make_record(i) for i in range(3)]
+    _old_database(path, old)
+    with SQLiteDatabase(path) as database:
+        assert database.query() == old
+        assert database.add(old) == [1, 2, 3]  # still the same measurements
+        timed = Record(**{**make_record(3).__dict__, "started_at": 5.5, "worker": "w"})
+        database.add([timed])
+        assert database.query()[3] == timed
+        assert database.best(old[0].workload_key)[0] == old[0]
+    conn = sqlite3.connect(path)
+    version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(records)")]
+    conn.close()
+    assert int(version[0]) == SCHEMA_VERSION == 2
+    assert columns[-3:] == ["started_at", "ended_at", "worker"]
+    with SQLiteDatabase(path) as database:  # opening again changes nothing
+        assert len(database) == 4
+
+
+def test_processes_upgrading_one_old_file_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "old.db"
+    _old_database(path, [make_record(i) for i in range(3)])
+    code = (
+        "import sys, time\n"
+        "from autosched.records.sqlite import SQLiteDatabase\n"
+        "time.sleep(max(0.0, float(sys.argv[2]) - time.time()))\n"
+        "with SQLiteDatabase(sys.argv[1]) as db:\n"
+        "    print(len(db))\n"
+    )
+    go = str(time.time() + 1.0)
+    children = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, str(path), go], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(4)
+    ]
+    outputs = [child.communicate(timeout=60)[0] for child in children]
+    assert [child.returncode for child in children] == [0] * 4
+    assert [out.strip() for out in outputs] == ["3"] * 4
+    with SQLiteDatabase(path) as database:
+        assert database.query()[0].worker == ""
 
 
 def _assert_open_error(path: Path | str, reason: str) -> None:

@@ -1,4 +1,5 @@
-"""Records as files: JSON Lines export/import, merge, stats, prune, and the CLI."""
+"""Records as files: JSON Lines export/import, merge, stats, prune, and the CLI, over
+an SQLite file and a PostgreSQL database; records moved between the two."""
 
 from __future__ import annotations
 
@@ -17,12 +18,14 @@ import pytest
 
 from autosched.cli import records_cmd
 from autosched.errors import InvalidInputError, RecordsError
+from autosched.records import Database, open_database
 from autosched.records.files import (
     STATS_COLUMNS,
     ImportReport,
     export_jsonl,
     import_jsonl,
     merge,
+    parse_line,
     prune,
     stats,
 )
@@ -43,14 +46,22 @@ def sample_records() -> list[Record]:
     return records
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def target(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh database of each backend: a path or a URL."""
+    if request.param == "postgres":
+        return str(request.getfixturevalue("pg_url"))
+    return str(tmp_path / "records.db")
+
+
 @pytest.fixture
-def db(tmp_path: Path) -> Iterator[SQLiteDatabase]:
-    with SQLiteDatabase(tmp_path / "records.db") as database:
+def db(target: str) -> Iterator[Database]:
+    with open_database(target) as database:
         yield database
 
 
 @pytest.fixture
-def full_db(db: SQLiteDatabase) -> SQLiteDatabase:
+def full_db(db: Database) -> Database:
     db.add(sample_records())
     return db
 
@@ -58,7 +69,7 @@ def full_db(db: SQLiteDatabase) -> SQLiteDatabase:
 # -- export / import ------------------------------------------------------------------------
 
 
-def test_export_import_round_trip(full_db: SQLiteDatabase, tmp_path: Path) -> None:
+def test_export_import_round_trip(full_db: Database, tmp_path: Path) -> None:
     out = tmp_path / "out" / "records.jsonl"
     assert export_jsonl(full_db, out) == len(full_db)
     lines = out.read_text().splitlines()
@@ -74,7 +85,26 @@ def test_export_import_round_trip(full_db: SQLiteDatabase, tmp_path: Path) -> No
         assert copy.query() == full_db.query()
 
 
-def test_export_to_stream_with_filters(full_db: SQLiteDatabase) -> None:
+def test_measurement_times_travel_through_files_and_stay_out_when_unset(
+    db: Database, tmp_path: Path
+) -> None:
+    timed = Record(
+        **{**make_record(0).__dict__, "started_at": 1.7e9 + 0.5, "ended_at": 1.7e9 + 0.75}
+    )
+    db.add([timed, make_record(1)])
+    out = tmp_path / "t.jsonl"
+    export_jsonl(db, out)
+    first, second = (json.loads(line) for line in out.read_text().splitlines())
+    assert first["started_at"] == 1.7e9 + 0.5 and "worker" not in first
+    # a record without them is written as before, so older versions still import it
+    assert not {"started_at", "ended_at", "worker"} & set(second)
+    assert parse_line(canonical_json(first)) == timed
+    with SQLiteDatabase(tmp_path / "copy.db") as copy:
+        assert import_jsonl(copy, out).added == 2
+        assert copy.query() == db.query()
+
+
+def test_export_to_stream_with_filters(full_db: Database) -> None:
     buffer = io.StringIO()
     assert export_jsonl(full_db, buffer, target="llvm") == 1
     assert json.loads(buffer.getvalue())["target"] == "llvm"
@@ -86,13 +116,13 @@ def test_export_to_stream_with_filters(full_db: SQLiteDatabase) -> None:
         export_jsonl(full_db, io.StringIO(), status="bogus")
 
 
-def test_export_to_unwritable_path(full_db: SQLiteDatabase, tmp_path: Path) -> None:
+def test_export_to_unwritable_path(full_db: Database, tmp_path: Path) -> None:
     (tmp_path / "plain").write_text("x")
     with pytest.raises(RecordsError, match="cannot write records file"):
         export_jsonl(full_db, tmp_path / "plain" / "out.jsonl")
 
 
-def test_import_twice_adds_nothing(full_db: SQLiteDatabase, tmp_path: Path) -> None:
+def test_import_twice_adds_nothing(full_db: Database, tmp_path: Path) -> None:
     out = tmp_path / "records.jsonl"
     export_jsonl(full_db, out)
     with SQLiteDatabase(tmp_path / "copy.db") as copy:
@@ -105,9 +135,7 @@ def test_import_twice_adds_nothing(full_db: SQLiteDatabase, tmp_path: Path) -> N
     assert import_jsonl(full_db, out).added == 0
 
 
-def test_malformed_lines_are_reported_and_good_lines_kept(
-    db: SQLiteDatabase, tmp_path: Path
-) -> None:
+def test_malformed_lines_are_reported_and_good_lines_kept(db: Database, tmp_path: Path) -> None:
     good = [make_record(i) for i in range(4)]
 
     def line(record: Record, **changes: Any) -> str:
@@ -151,7 +179,7 @@ def test_malformed_lines_are_reported_and_good_lines_kept(
     assert str(report) == "added 4, duplicates 0, rejected 8"
 
 
-def test_import_from_a_stream_and_bad_bytes(db: SQLiteDatabase, tmp_path: Path) -> None:
+def test_import_from_a_stream_and_bad_bytes(db: Database, tmp_path: Path) -> None:
     stream = io.StringIO(canonical_json(make_record(0).to_json()) + "\n\n")
     assert import_jsonl(db, stream) == ImportReport(added=1)
     path = tmp_path / "bytes.jsonl"
@@ -165,7 +193,7 @@ def test_import_from_a_stream_and_bad_bytes(db: SQLiteDatabase, tmp_path: Path) 
     assert report.errors == ((2, "not UTF-8 text"),)
 
 
-def test_import_missing_file(db: SQLiteDatabase, tmp_path: Path) -> None:
+def test_import_missing_file(db: Database, tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="missing.jsonl does not exist"):
         import_jsonl(db, tmp_path / "missing.jsonl")
 
@@ -196,7 +224,7 @@ def test_merge_is_a_union_and_idempotent(tmp_path: Path) -> None:
 # -- stats ----------------------------------------------------------------------------------
 
 
-def test_stats_columns_and_values(full_db: SQLiteDatabase) -> None:
+def test_stats_columns_and_values(full_db: Database) -> None:
     table = stats(full_db)
     assert tuple(table.columns) == STATS_COLUMNS
     assert len(table) == 5  # 2 workloads x 2 devices on opencl + 1 llvm
@@ -217,7 +245,7 @@ def test_stats_columns_and_values(full_db: SQLiteDatabase) -> None:
 # -- prune ----------------------------------------------------------------------------------
 
 
-def test_prune_keep_top_and_drop_errors(full_db: SQLiteDatabase) -> None:
+def test_prune_keep_top_and_drop_errors(full_db: Database) -> None:
     total = len(full_db)
     assert prune(full_db, keep_top=1, dry_run=True) == 8
     assert len(full_db) == total
@@ -234,14 +262,14 @@ def test_prune_keep_top_and_drop_errors(full_db: SQLiteDatabase) -> None:
     assert prune(full_db, keep_top=1, drop_errors=True) == 0
 
 
-def test_prune_respects_filters(full_db: SQLiteDatabase) -> None:
+def test_prune_respects_filters(full_db: Database) -> None:
     gpu = make_record(0, device_name="gpu")
     removed = prune(full_db, drop_errors=True, device_family=gpu.device_family)
     assert removed == 4
     assert {r.device["device"] for r in full_db.query() if not r.ok} == {"cpu"}
 
 
-def test_prune_rejects_bad_options(full_db: SQLiteDatabase) -> None:
+def test_prune_rejects_bad_options(full_db: Database) -> None:
     with pytest.raises(InvalidInputError, match="nothing to prune"):
         prune(full_db)
     with pytest.raises(InvalidInputError, match="keep_top=0"):
@@ -261,9 +289,9 @@ def _cli(*argv: str | Path) -> int:
 
 
 def test_cli_export_import_merge(
-    full_db: SQLiteDatabase, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    full_db: Database, target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    src = full_db.path
+    src = target
     out = tmp_path / "all.jsonl"
     assert _cli("records", "export", "--db", src, "-o", out) == 0
     assert len(out.read_text().splitlines()) == len(full_db)
@@ -293,9 +321,9 @@ def test_cli_export_import_merge(
 
 
 def test_cli_stats_and_prune(
-    full_db: SQLiteDatabase, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    full_db: Database, target: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    src = full_db.path
+    src = target
     json_path = tmp_path / "stats.json"
     assert _cli("records", "stats", "--db", src, "--op", "matmul", "--json", json_path) == 0
     printed = capsys.readouterr().out
@@ -341,7 +369,7 @@ def test_cli_bad_input(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert (tmp_path / "xdg" / "autosched" / "records.db").is_file()
 
 
-def test_stats_best_values_ignore_missing_gflops(db: SQLiteDatabase) -> None:
+def test_stats_best_values_ignore_missing_gflops(db: Database) -> None:
     record = make_record(0)
     db.add([Record(**{**record.__dict__, "gflops": None})])
     row = stats(db).iloc[0]

@@ -125,6 +125,7 @@ def _fmt_config(config: dict) -> str:
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from autosched.records.opener import describe
     from autosched.tuner import tune
 
     wl = _workload(args)
@@ -173,23 +174,25 @@ def cmd_tune(args: argparse.Namespace) -> int:
             f"default    {result.default.gflops:.1f} GFLOP/s   {result.default.latency_s * 1e3:.3f} ms"
         )
         print(f"speedup    {result.speedup:.1f}x over the default schedule (measured side by side)")
-    print(f"records    {db}")
+    print(f"records    {describe(db)}")
     _write_json(args.json, res)
     return 0
 
 
 def cmd_best(args: argparse.Namespace) -> int:
     from autosched.measure.device import select_device
-    from autosched.records.sqlite import SQLiteDatabase, default_db_path
+    from autosched.records import open_database
+    from autosched.records.opener import describe
+    from autosched.records.sqlite import default_db_path
 
     wl = _workload(args)
     dev = select_device(args.device, target=args.target)
     path = args.db or default_db_path()
-    with SQLiteDatabase(Path(path), create=False) as db:
+    with open_database(path, create=False) as db:
         recs = db.best(wl.key, device_key=dev.key(args.target), target=args.target, k=1)
     if not recs:
         print(
-            f"no ok record of {wl} on {dev.name} in {path}; run `autosched tune` first",
+            f"no ok record of {wl} on {dev.name} in {describe(path)}; run `autosched tune` first",
             file=sys.stderr,
         )
         _write_json(args.json, {"workload": wl.to_json(), "best": None})
@@ -318,7 +321,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument(
             "--db",
             default=None,
-            help="records database (default: ~/.local/share/autosched/records.db)",
+            help="records database, a path or postgresql://USER@HOST/DB "
+            "(default: ~/.local/share/autosched/records.db)",
         )
         p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
         p.add_argument(

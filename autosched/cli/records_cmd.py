@@ -21,8 +21,9 @@ from typing import Any
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.files import export_jsonl, import_jsonl, merge, prune, stats
+from autosched.records.opener import open_database, sqlite_path
 from autosched.records.record import STATUSES
-from autosched.records.sqlite import SQLiteDatabase, default_db_path
+from autosched.records.sqlite import default_db_path
 
 ACTIONS = ("export", "import", "merge", "stats", "prune")
 
@@ -39,10 +40,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     db_option = argparse.ArgumentParser(add_help=False)
     db_option.add_argument(
         "--db",
-        type=Path,
         default=None,
-        metavar="PATH",
-        help=f"records database (default: {default_db_path()})",
+        metavar="PATH|URL",
+        help="records database: a path, sqlite:///PATH or postgresql://USER@HOST[:PORT]/DB "
+        f"(default: {default_db_path()})",
     )
     filters = argparse.ArgumentParser(add_help=False)
     group = filters.add_argument_group("filters (ANDed)")
@@ -75,9 +76,13 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "merge",
         parents=[db_option],
         help="add every record of other records databases",
-        description="Add every record of the source databases (a union; repeatable).",
+        description="Add every record of the source databases to --db (a union; repeatable). "
+        "Sources and --db may be SQLite files or PostgreSQL URLs, so records move either way, "
+        "e.g. records merge --db postgresql://me@dbhost/autosched ~/records.db",
     )
-    merge_.add_argument("sources", nargs="+", metavar="SRC_DB", help="source records database")
+    merge_.add_argument(
+        "sources", nargs="+", metavar="SRC_DB", help="source records database (path or URL)"
+    )
 
     stats_ = actions.add_parser(
         "stats",
@@ -105,8 +110,8 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     parser.set_defaults(func=run)
 
 
-def _db_path(args: argparse.Namespace) -> Path:
-    return Path(args.db) if getattr(args, "db", None) is not None else default_db_path()
+def _db_target(args: argparse.Namespace) -> str | Path:
+    return args.db if getattr(args, "db", None) is not None else default_db_path()
 
 
 def _filter_args(args: argparse.Namespace) -> dict[str, str | None]:
@@ -134,9 +139,9 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidInputError(
             f"records action {action!r} is not known; accepted: {', '.join(ACTIONS)}"
         )
-    path = _db_path(args)
+    path = _db_target(args)
     if action == "export":
-        with SQLiteDatabase(path, create=False) as db:
+        with open_database(path, create=False) as db:
             if args.output == "-":
                 count = export_jsonl(db, sys.stdout, **_filter_args(args))
                 sys.stdout.flush()
@@ -154,7 +159,7 @@ def run(args: argparse.Namespace) -> int:
                 "pass JSON Lines files written by 'autosched records export'"
             )
         added = duplicates = rejected = 0
-        with SQLiteDatabase(path) as db:
+        with open_database(path) as db:
             for name in args.files:
                 report = import_jsonl(db, sys.stdin if name == "-" else name)
                 added += report.added
@@ -168,17 +173,18 @@ def run(args: argparse.Namespace) -> int:
 
     if action == "merge":
         for source in args.sources:
-            if not Path(source).is_file():
+            file = sqlite_path(source)
+            if file is not None and not file.is_file():
                 raise InvalidInputError(
                     f"source records database {source} does not exist or is not a file"
                 )
-        with SQLiteDatabase(path) as db:
-            report = merge(db, [Path(s) for s in args.sources])
+        with open_database(path) as db:
+            report = merge(db, args.sources)
         print(f"added {report.added}, duplicates {report.duplicates}")
         return 0
 
     if action == "stats":
-        with SQLiteDatabase(path, create=False) as db:
+        with open_database(path, create=False) as db:
             table = stats(db, **_filter_args(args))
         if table.empty:
             print("no records match")
@@ -198,7 +204,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
 
     # prune
-    with SQLiteDatabase(path, create=False) as db:
+    with open_database(path, create=False) as db:
         removed = prune(
             db,
             keep_top=args.keep_top,

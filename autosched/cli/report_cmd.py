@@ -43,10 +43,10 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     parser.add_argument(
         "--db",
-        type=Path,
         default=None,
-        metavar="PATH",
-        help=f"records database; never created (default: {default_db_path()})",
+        metavar="PATH|URL",
+        help="records database, a path or postgresql://USER@HOST/DB; never created "
+        f"(default: {default_db_path()})",
     )
     parser.add_argument("--op", help="only this operator, e.g. matmul")
     parser.add_argument("--device-key", help="only this exact device fingerprint key")
@@ -85,23 +85,31 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Write the report; print where; return the exit status (0)."""
+    from autosched.records.opener import open_database, sqlite_path
     from autosched.report import write_report
 
-    db = Path(args.db) if args.db is not None else default_db_path()
-    if not db.is_file():
+    db = args.db if args.db is not None else default_db_path()
+    file = sqlite_path(db)
+    if file is not None and not file.is_file():
         raise InvalidInputError(
             f"records database {db} does not exist; pass --db with an existing records database"
         )
-    path = write_report(
-        db,
-        args.output,
-        op=args.op,
-        device_key=args.device_key,
-        target=args.target,
-        vendor_gflops=args.vendor_gflops,
-        measure_vendor=args.measure_vendor,
-        model_kind=args.model,
-        seed=args.seed,
-    )
+    # A server database is opened here; the report reads it like any Database.
+    opened = open_database(db, create=False) if file is None else None
+    try:
+        path = write_report(
+            opened or file,
+            args.output,
+            op=args.op,
+            device_key=args.device_key,
+            target=args.target,
+            vendor_gflops=args.vendor_gflops,
+            measure_vendor=args.measure_vendor,
+            model_kind=args.model,
+            seed=args.seed,
+        )
+    finally:
+        if opened is not None:
+            opened.close()
     print(f"wrote {path}", file=sys.stderr)
     return 0

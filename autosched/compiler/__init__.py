@@ -58,8 +58,8 @@ def compile(
         target: code generation target; one of :data:`autosched.space.space.TARGETS`.
         device: a device or selector (see ``select_device``); default for OpenCL: the
             first GPU, else the first device; for llvm: the host CPU.
-        db: the user's records database: a Database or the path of an existing SQLite
-            file. Default: ``default_db_path()`` when that file exists (it is never
+        db: the user's records database: a Database, the path of an existing SQLite
+            file, or a ``postgresql://`` URL. Default: ``default_db_path()`` when that file exists (it is never
             created here).
         shipped: also consult the records shipped in ``records/*.jsonl`` (after ``db``).
 
@@ -132,9 +132,8 @@ def _open_sources(
     db: Database | str | os.PathLike[str] | None, *, shipped: bool
 ) -> tuple[list[Source], list[Database]]:
     """The databases to consult in order, and those opened here (to close after)."""
-    from pathlib import Path
-
-    from autosched.records.sqlite import SQLiteDatabase, default_db_path
+    from autosched.records import open_database
+    from autosched.records.sqlite import default_db_path
 
     sources: list[Source] = []
     owned: list[Database] = []
@@ -145,9 +144,9 @@ def _open_sources(
         else:
             log.info("no records database at %s; consulting shipped records only", path)
     if isinstance(db, (str, os.PathLike)):
-        opened = SQLiteDatabase(Path(db), create=False)
+        opened = open_database(db, create=False)
         owned.append(opened)
-        sources.append(Source(str(opened.path), opened))
+        sources.append(Source(str(getattr(opened, "location", db)), opened))
     elif db is not None:
         if not isinstance(db, Database):
             raise InvalidInputError(

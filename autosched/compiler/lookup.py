@@ -324,7 +324,7 @@ def _tuned_workloads(
 # ok rows by workload_key (keys start with "<op>-", so the op is a key range), then one
 # seek per key into the (workload_key, device_family) index. ``query(op=...)`` would read
 # and decode every ok record of the family instead (hundreds of ms on 100k records).
-# The literal ok-row condition must match the partial indexes of autosched.records.sqlite.
+# The literal ok-row condition must match the partial indexes of autosched.records.rows.
 _OK_ROWS = "status = 'ok' AND latency_s IS NOT NULL"
 _TUNED_SQL = f"""
 WITH RECURSIVE keys(k) AS (

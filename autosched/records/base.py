@@ -1,7 +1,9 @@
 """The records database contract.
 
 Any store that keeps measurement records implements :class:`Database`; SQLite is
-the embedded default and a server database can back the same interface later.
+the embedded default (:mod:`~autosched.records.sqlite`), PostgreSQL the server one
+(:mod:`~autosched.records.postgres`), and :func:`autosched.records.open_database` picks
+one from a path or URL.
 
 Contract (every implementation must honour it; ``tests/test_records.py`` runs one
 conformance suite over each):

@@ -6,7 +6,8 @@ database ignores duplicate records, importing or merging the same data twice add
 nothing the second time.
 
 Everything here works on any :class:`~autosched.records.base.Database`; only
-:func:`prune` needs a database that can delete (``SQLiteDatabase.delete``).
+:func:`prune` needs a database that can delete (``delete``, which both the SQLite and
+the PostgreSQL database have).
 """
 
 from __future__ import annotations
@@ -26,8 +27,9 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.base import Database
+from autosched.records.opener import open_database
 from autosched.records.record import STATUSES, Record, canonical_json
-from autosched.records.sqlite import SQLiteDatabase, check_record
+from autosched.records.rows import check_record
 
 if TYPE_CHECKING:
     import pandas
@@ -276,13 +278,14 @@ def import_jsonl(db: Database, source: TextIO | PathLike) -> ImportReport:
 def merge(dst_db: Database, src_dbs: Iterable[Database | PathLike]) -> ImportReport:
     """Add every record of each source to ``dst_db`` (one transaction per source).
 
-    Sources may be open databases or paths of SQLite files (opened, never created).
+    Sources may be open databases, or paths and URLs that ``open_database`` reads
+    (opened, never created), so records move between SQLite and PostgreSQL either way.
     Merging is a union and idempotent: records already in ``dst_db`` count as duplicates.
     """
     added = duplicates = 0
     for src in src_dbs:
         if isinstance(src, (str, os.PathLike)):
-            with SQLiteDatabase(src, create=False) as opened:
+            with open_database(src, create=False) as opened:
                 records = opened.query()
         else:
             records = src.query()
@@ -405,7 +408,7 @@ def prune(
     if not callable(delete):
         raise RecordsError(
             f"{type(db).__name__} cannot delete records; prune needs a database with a "
-            "delete method, such as SQLiteDatabase"
+            "delete method, such as SQLiteDatabase or PostgresDatabase"
         )
     records = db.query(**_filters(op, device_key, device_family, target, status))
     doomed: list[int] = []

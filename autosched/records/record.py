@@ -23,6 +23,9 @@ STATUSES = (OK, INVALID, BUILD_ERROR, RUN_ERROR, TIMEOUT, WRONG_RESULT)
 
 FORMAT_VERSION = 1
 
+# Fields added after format version 1, with the value that means "not kept".
+_OPTIONAL_UNSET: dict[str, object] = {"started_at": None, "ended_at": None, "worker": ""}
+
 
 def canonical_json(value: Any) -> str:
     """JSON with sorted keys and no whitespace: the text that keys are hashed from."""
@@ -51,6 +54,10 @@ class Record:
         gflops: useful floating point work / latency_s / 1e9 (None unless ok).
         timestamp: UNIX time of the measurement.
         run_id: identifies the tuning run that produced the record.
+        started_at: UNIX time the measurement started (None when not kept).
+        ended_at: UNIX time the measurement ended (None when not kept).
+        worker: who measured it, e.g. ``host:pid`` or a farm worker's name ("" when
+            not kept).
         id: database row id; None until stored.
     """
 
@@ -70,6 +77,9 @@ class Record:
     gflops: float | None = None
     timestamp: float = 0.0
     run_id: str = ""
+    started_at: float | None = None
+    ended_at: float | None = None
+    worker: str = ""
     id: int | None = field(default=None, compare=False)
 
     @property
@@ -84,6 +94,11 @@ class Record:
         """Plain data for JSON Lines export (includes the format version)."""
         data = asdict(self)
         data["latencies"] = list(self.latencies)
+        # Unset optional fields stay out, so records without them export as before and
+        # older autosched versions still import them.
+        for name, unset in _OPTIONAL_UNSET.items():
+            if data[name] == unset:
+                del data[name]
         data["format_version"] = FORMAT_VERSION
         return data
 

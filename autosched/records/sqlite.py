@@ -1,9 +1,10 @@
 """The embedded records database: one SQLite file, append-only, safe under kill.
 
-Layout: a ``records`` table with one column per :class:`Record` field (dicts and
-tuples as canonical JSON text) plus ``op``, and a ``meta`` table holding the schema
-version. ``(workload_key, device_key, config_key, timestamp, run_id)`` is unique, so
-adding the same measurement twice stores it once.
+Layout: a ``records`` table with the columns of :mod:`autosched.records.rows` (one
+per :class:`Record` field plus ``op``), and a ``meta`` table holding the schema
+version; an older file is upgraded in place when it is opened. The candidate key
+``(workload_key, device_key, config_key, timestamp, run_id)`` is unique, so adding the
+same measurement twice stores it once.
 
 Durability: the file runs in WAL mode with ``synchronous=FULL``; every :meth:`add`
 is one ``BEGIN IMMEDIATE`` transaction, so a process killed at any moment leaves a
@@ -20,73 +21,42 @@ median (p99) of 2,000 random lookups, including building the Record objects:
 * ``measured_config_keys(w, device_key=d, target=t)``: 0.048 ms (0.087 ms), 125 keys
 
 Each is one index range search (``EXPLAIN QUERY PLAN`` shows the partial indexes of
-``_SCHEMA``; ``measured_config_keys`` reads a covering index only). A full table scan
+``rows.INDEXES``; ``measured_config_keys`` reads a covering index only). A full table scan
 takes ~10 ms per lookup; the unique index alone, 0.05-0.17 ms. Adding the 100,000 rows
 in one call took 3.1 s.
 """
 
 from __future__ import annotations
 
-import json
 import logging
-import math
 import os
 import sqlite3
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 from autosched.errors import InvalidInputError, RecordsError
-from autosched.records.record import OK, STATUSES, Record
+from autosched.records import rows
+from autosched.records.record import Record
+from autosched.records.rows import check_record
+
+__all__ = ["MEMORY", "SCHEMA_VERSION", "SQLiteDatabase", "check_record", "default_db_path"]
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+# 1: the first layout. 2: started_at, ended_at and worker columns.
+SCHEMA_VERSION = 2
 
 MEMORY = ":memory:"
 
-# Record fields in column order; ``op`` (derived from the workload) follows them.
-_FIELDS = (
-    "workload_key",
-    "workload",
-    "target",
-    "device_key",
-    "device_family",
-    "device",
-    "config_key",
-    "config",
-    "status",
-    "error",
-    "latencies",
-    "latency_s",
-    "spread",
-    "gflops",
-    "timestamp",
-    "run_id",
-)
-_JSON_FIELDS = ("workload", "device", "config", "latencies")
-_COLUMNS = ", ".join(("id", *_FIELDS))
-_INSERT = (
-    f"INSERT INTO records ({', '.join((*_FIELDS, 'op'))}) "
-    f"VALUES ({', '.join('?' * (len(_FIELDS) + 1))})"
-)
-_FIND = (
-    "SELECT id FROM records WHERE workload_key = ? AND device_key = ? AND config_key = ? "
-    "AND timestamp = ? AND run_id = ?"
-)
-
-_STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
-# The partial indexes hold only ok rows with a latency, ordered by latency: ``best`` reads
-# the first k entries of one of them. Their WHERE clause must appear literally in the
-# query (not as a bound parameter) for SQLite to use them.
-_OK_ROWS = "status = 'ok' AND latency_s IS NOT NULL"
-_SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS meta (
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS records (
+)""",
+    f"""CREATE TABLE IF NOT EXISTS records (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
     workload_key TEXT NOT NULL,
     workload TEXT NOT NULL,
@@ -96,7 +66,7 @@ CREATE TABLE IF NOT EXISTS records (
     device TEXT NOT NULL,
     config_key TEXT NOT NULL,
     config TEXT NOT NULL,
-    status TEXT NOT NULL CHECK (status IN ({_STATUS_LIST})),
+    status TEXT NOT NULL CHECK (status IN ({rows.STATUS_LIST})),
     error TEXT NOT NULL,
     latencies TEXT NOT NULL,
     latency_s REAL,
@@ -105,17 +75,25 @@ CREATE TABLE IF NOT EXISTS records (
     timestamp REAL NOT NULL,
     run_id TEXT NOT NULL,
     op TEXT NOT NULL,
-    UNIQUE (workload_key, device_key, config_key, timestamp, run_id)
-);
-CREATE INDEX IF NOT EXISTS records_best_device
-    ON records (workload_key, device_key, latency_s) WHERE {_OK_ROWS};
-CREATE INDEX IF NOT EXISTS records_best_family
-    ON records (workload_key, device_family, latency_s) WHERE {_OK_ROWS};
-CREATE INDEX IF NOT EXISTS records_best_workload
-    ON records (workload_key, latency_s) WHERE {_OK_ROWS};
-CREATE INDEX IF NOT EXISTS records_measured
-    ON records (workload_key, device_key, target, config_key);
-"""
+    started_at REAL,
+    ended_at REAL,
+    worker TEXT NOT NULL DEFAULT '',
+    UNIQUE ({", ".join(rows.KEY)})
+)""",
+    *rows.INDEXES,
+)
+# Statements that take a database of version N to N + 1 (REAL is an 8-byte float in
+# SQLite, so epoch seconds keep their microseconds).
+_UPGRADES = {
+    1: (
+        "ALTER TABLE records ADD COLUMN started_at REAL",
+        "ALTER TABLE records ADD COLUMN ended_at REAL",
+        "ALTER TABLE records ADD COLUMN worker TEXT NOT NULL DEFAULT ''",
+    ),
+}
+_INSERT = rows.INSERT
+_FIND = rows.FIND
+_COLUMNS = rows.COLUMNS
 
 
 def default_db_path() -> Path:
@@ -124,15 +102,6 @@ def default_db_path() -> Path:
     # The XDG spec says relative values are invalid and must be ignored.
     root = Path(base) if base and os.path.isabs(base) else Path.home() / ".local" / "share"
     return root / "autosched" / "records.db"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _dumps(value: Any) -> str:
-    """Canonical JSON, strict: NaN and infinities are not JSON and are refused."""
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def _create_error(path: Path) -> str | None:
@@ -144,98 +113,6 @@ def _create_error(path: Path) -> str | None:
     os.close(fd)
     os.unlink(path)
     return None
-
-
-def check_record(record: Record) -> None:
-    """Raise :class:`InvalidInputError` unless ``record`` can be stored as it is.
-
-    Checks what the dataclass does not: field types, that keys are non-empty, the
-    status is known, the dicts are JSON, numbers are finite and an ok record has a
-    latency.
-    """
-    if not isinstance(record, Record):
-        raise InvalidInputError(f"expected a Record, got {type(record).__name__}")
-    for name in ("workload_key", "target", "device_key", "device_family", "config_key"):
-        value = getattr(record, name)
-        if not isinstance(value, str) or not value:
-            raise InvalidInputError(
-                f"record field {name} is {value!r}; expected a non-empty string"
-            )
-    for name in ("status", "error", "run_id"):
-        value = getattr(record, name)
-        if not isinstance(value, str):
-            raise InvalidInputError(f"record field {name} is {value!r}; expected a string")
-    if record.status not in STATUSES:
-        raise InvalidInputError(
-            f"record status {record.status!r} is not one of {', '.join(STATUSES)}"
-        )
-    for name in ("workload", "device", "config"):
-        value = getattr(record, name)
-        if not isinstance(value, dict):
-            raise InvalidInputError(f"record field {name} is {value!r}; expected a dict")
-        try:
-            _dumps(value)
-        except (TypeError, ValueError) as exc:
-            raise InvalidInputError(f"record field {name} is not plain JSON data: {exc}") from None
-    op = record.workload.get("op")
-    if not isinstance(op, str) or not op:
-        raise InvalidInputError(
-            f"record workload has op {op!r}; expected a non-empty string under 'op'"
-        )
-    if not isinstance(record.latencies, (tuple, list)) or not all(
-        _is_number(x) and math.isfinite(x) for x in record.latencies
-    ):
-        raise InvalidInputError(
-            f"record latencies are {record.latencies!r}; expected a tuple of finite numbers"
-        )
-    for name in ("latency_s", "spread", "gflops"):
-        value = getattr(record, name)
-        if value is not None and not (_is_number(value) and math.isfinite(value)):
-            raise InvalidInputError(
-                f"record field {name} is {value!r}; expected a finite number or None"
-            )
-    if not (_is_number(record.timestamp) and math.isfinite(record.timestamp)):
-        raise InvalidInputError(
-            f"record timestamp is {record.timestamp!r}; expected a finite number"
-        )
-    if record.status == OK and record.latency_s is None:
-        raise InvalidInputError(
-            "record status is 'ok' but latency_s is None; an ok record needs a latency"
-        )
-
-
-def _to_row(record: Record) -> tuple[Any, ...]:
-    check_record(record)
-    values: list[Any] = []
-    for name in _FIELDS:
-        value = getattr(record, name)
-        if name in _JSON_FIELDS:
-            value = _dumps(list(value) if name == "latencies" else value)
-        elif name in ("latency_s", "spread", "gflops", "timestamp") and value is not None:
-            value = float(value)
-        values.append(value)
-    values.append(record.op)
-    return tuple(values)
-
-
-def _from_row(row: Sequence[Any]) -> Record:
-    data = dict(zip(("id", *_FIELDS), row, strict=True))
-    for name in _JSON_FIELDS:
-        data[name] = json.loads(data[name])
-    data["latencies"] = tuple(data["latencies"])
-    return Record(**data)
-
-
-def _check_filter(name: str, value: Any) -> None:
-    if value is not None and not isinstance(value, str):
-        raise InvalidInputError(f"filter {name}={value!r} is not valid; expected a string or None")
-    if name == "status" and value is not None and value not in STATUSES:
-        raise InvalidInputError(f"status {value!r} is not one of {', '.join(STATUSES)}")
-
-
-def _check_count(name: str, value: Any, *, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise InvalidInputError(f"{name}={value!r} is not valid; expected an integer >= {minimum}")
 
 
 def _first_existing(path: Path) -> Path:
@@ -340,7 +217,7 @@ class SQLiteDatabase:
     def _setup(self, conn: sqlite3.Connection) -> None:
         conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
         if not self._memory:
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            mode = self._enable_wal(conn)
             if str(mode).lower() != "wal":
                 raise RecordsError(
                     f"cannot open records database {self._path}: journal mode WAL is not "
@@ -348,28 +225,67 @@ class SQLiteDatabase:
                 )
         # FULL: a committed batch survives a power cut too, not only a killed process.
         conn.execute("PRAGMA synchronous = FULL")
-        if self._schema_version(conn) == SCHEMA_VERSION:
+        version = self._schema_version(conn)
+        if version == SCHEMA_VERSION:
             return
+        self._check_not_newer(version)
+        # BEGIN IMMEDIATE takes the write lock: of two processes opening an old or new
+        # file at once, the second waits and then finds the work done.
         conn.execute("BEGIN IMMEDIATE")
         try:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
             version = self._schema_version(conn)
             if version is None:
+                for statement in _SCHEMA:
+                    conn.execute(statement)
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES ('schema_version', ?)",
                     (str(SCHEMA_VERSION),),
                 )
-            elif version > SCHEMA_VERSION:
-                raise RecordsError(
-                    f"records database {self._path} has schema version {version}, newer than "
-                    f"this autosched reads ({SCHEMA_VERSION}); upgrade autosched"
+            else:
+                self._check_not_newer(version)
+                for step in range(version, SCHEMA_VERSION):
+                    for statement in _UPGRADES[step]:
+                        conn.execute(statement)
+                conn.execute(
+                    "UPDATE meta SET value = ? WHERE key = 'schema_version'",
+                    (str(SCHEMA_VERSION),),
                 )
+                if version < SCHEMA_VERSION:
+                    logger.info(
+                        "upgraded records database %s from schema version %d to %d",
+                        self._path,
+                        version,
+                        SCHEMA_VERSION,
+                    )
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
             raise
+
+    def _enable_wal(self, conn: sqlite3.Connection) -> str:
+        """Switch to WAL, waiting for other processes doing the same (SQLite does not wait
+        for the busy timeout there: several processes opening a new file at once fail)."""
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0])
+            except sqlite3.OperationalError as exc:
+                code = getattr(exc, "sqlite_errorcode", None)  # Python >= 3.11
+                busy = (
+                    code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+                    if code is not None
+                    else "locked" in str(exc)
+                )
+                if not busy or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.02)
+
+    def _check_not_newer(self, version: int | None) -> None:
+        if version is not None and version > SCHEMA_VERSION:
+            raise RecordsError(
+                f"records database {self._path} has schema version {version}, newer than "
+                f"this autosched reads ({SCHEMA_VERSION}); upgrade autosched"
+            )
 
     @staticmethod
     def _schema_version(conn: sqlite3.Connection) -> int | None:
@@ -386,6 +302,11 @@ class SQLiteDatabase:
     def path(self) -> Path:
         """The database file (``Path(":memory:")`` for an in-memory database)."""
         return self._path
+
+    @property
+    def location(self) -> str:
+        """Where the records are, for messages: the file's path."""
+        return str(self._path)
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
@@ -432,13 +353,12 @@ class SQLiteDatabase:
         try:
             for index, record in enumerate(records):
                 try:
-                    row = _to_row(record)
+                    row = rows.to_row(record)
                 except InvalidInputError as exc:
                     raise InvalidInputError(
                         f"cannot add records: record {index} of the batch: {exc}"
                     ) from None
-                key = (row[0], row[3], row[6], row[14], row[15])
-                found = conn.execute(_FIND, key).fetchone()
+                found = conn.execute(_FIND, rows.row_key(row)).fetchone()
                 if found is not None:
                     ids.append(int(found[0]))
                     continue
@@ -469,30 +389,18 @@ class SQLiteDatabase:
         limit: int | None = None,
     ) -> list[Record]:
         """Records matching every given filter, in insertion order (by id)."""
-        filters = {
-            "workload_key": workload_key,
-            "op": op,
-            "target": target,
-            "device_key": device_key,
-            "device_family": device_family,
-            "status": status,
-        }
-        clauses: list[str] = []
-        params: list[Any] = []
-        for name, value in filters.items():
-            _check_filter(name, value)
-            if value is not None:
-                clauses.append(f"{name} = ?")
-                params.append(value)
-        sql = f"SELECT {_COLUMNS} FROM records"
-        if clauses:
-            sql += " WHERE " + " AND ".join(clauses)
-        sql += " ORDER BY id"
-        if limit is not None:
-            _check_count("limit", limit, minimum=0)
-            sql += " LIMIT ?"
-            params.append(limit)
-        return [_from_row(row) for row in self._read(sql, params)]
+        sql, params = rows.query_sql(
+            {
+                "workload_key": workload_key,
+                "op": op,
+                "target": target,
+                "device_key": device_key,
+                "device_family": device_family,
+                "status": status,
+            },
+            limit,
+        )
+        return [rows.from_row(row) for row in self._read(sql, params)]
 
     def best(
         self,
@@ -504,39 +412,19 @@ class SQLiteDatabase:
         k: int = 1,
     ) -> list[Record]:
         """The ``k`` fastest ok records of a workload, fastest first (ties by id)."""
-        _check_count("k", k, minimum=1)
-        clauses = [_OK_ROWS, "workload_key = ?"]
-        params: list[Any] = [workload_key]
-        for name, value in (
-            ("workload_key", workload_key),
-            ("device_key", device_key),
-            ("device_family", device_family),
-            ("target", target),
-        ):
-            _check_filter(name, value)
-            if value is not None and name != "workload_key":
-                clauses.append(f"{name} = ?")
-                params.append(value)
-        sql = (
-            f"SELECT {_COLUMNS} FROM records WHERE {' AND '.join(clauses)} "
-            "ORDER BY latency_s, id LIMIT ?"
+        sql, params = rows.best_sql(
+            workload_key,
+            target=target,
+            device_key=device_key,
+            device_family=device_family,
+            k=k,
         )
-        return [_from_row(row) for row in self._read(sql, (*params, k))]
+        return [rows.from_row(row) for row in self._read(sql, params)]
 
     def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:
         """Config keys already measured (any status) for this workload on this exact device."""
-        for name, value in (
-            ("workload_key", workload_key),
-            ("device_key", device_key),
-            ("target", target),
-        ):
-            _check_filter(name, value)
-        rows = self._read(
-            "SELECT DISTINCT config_key FROM records "
-            "WHERE workload_key = ? AND device_key = ? AND target = ?",
-            (workload_key, device_key, target),
-        )
-        return {row[0] for row in rows}
+        sql, params = rows.measured_sql(workload_key, device_key=device_key, target=target)
+        return {row[0] for row in self._read(sql, params)}
 
     def close(self) -> None:
         """Close the connection; closing twice is harmless."""

@@ -603,14 +603,14 @@ def measure_numpy(
 def _open(db: Database | PathLike) -> tuple[Database, str, bool]:
     if not isinstance(db, (str, os.PathLike)):
         return db, repr(db), False
-    from autosched.records.sqlite import SQLiteDatabase
+    from autosched.records import open_database
 
     path = Path(db).expanduser()
     if not path.is_file():
         raise InvalidInputError(
             f"records database {path} does not exist; pass --db with an existing records database"
         )
-    return SQLiteDatabase(path, create=False), str(path), True
+    return open_database(path, create=False), str(path), True
 
 
 def _check_vendor(value: Any, name: str) -> float:
