@@ -62,6 +62,17 @@ def _check_topped_up(
     for r in records:
         by_pair[(r.workload_key, r.device_key, r.target)][r.config_key] += 1
     assert len(by_pair) == pairs, sorted(by_pair)
+    # No two measurements overlap in time on one device (a re-measurement of the
+    # finalists is one interleaved session: its records share their start).
+    spans: dict[str, dict] = collections.defaultdict(dict)
+    for r in records:
+        if r.started_at is not None:
+            ends = spans[r.device_key]
+            ends[r.started_at] = max(ends.get(r.started_at, 0.0), r.ended_at)
+    for key, device_spans in spans.items():
+        ordered = sorted(device_spans.items())
+        for (_, end), (start, _) in zip(ordered, ordered[1:]):
+            assert end <= start, (key, end, start)
     for pair, counts in by_pair.items():
         assert len(counts) == trials, (pair, len(counts))
         repeated = [k for k, n in counts.items() if n > 1]
@@ -232,8 +243,12 @@ def test_a_farm_job_survives_a_worker_killed_mid_batch(tmp_path, farm):
     assert len(result["tasks"]) == 3
     assert all(t["trials"] == 12 for t in result["tasks"]), result["tasks"]
     _check_topped_up(db, trials=12, pairs=3)
-    # The two OpenCL workers had the same device: one device kind, one set of records.
-    assert len({r.device_key for r in _records(db) if r.target == "opencl"}) == 1
+    # The two OpenCL workers had the same device: one device kind, one set of records,
+    # measured by the first worker and, after its death, by its replacement.
+    records = _records(db)
+    assert len({r.device_key for r in records if r.target == "opencl"}) == 1
+    assert {r.worker for r in records if r.target == "opencl"} == {"ocl-1", "ocl-2"}
+    assert {r.worker for r in records if r.target == "llvm"} == {"cpu-1"}
 
 
 def test_a_tls_farm_runs_with_certificates_and_refuses_a_client_without(tmp_path):
@@ -465,6 +480,8 @@ def test_batches_reach_only_workers_of_their_device_kind(tmp_path, farm):
     names = [n for t, _, n in kinds if t == "opencl"]
     assert any("llvmpipe" in n for n in names) and any("pthread" in n for n in names), names
     assert not [r for r in records if r.status == "run_error"]
+    assert {r.worker for r in records if "llvmpipe" in r.device["name"]} == {"rusticl"}
+    assert {r.worker for r in records if "pthread" in r.device["name"]} == {"pocl"}
     _check_topped_up(db, trials=4, pairs=3)
     # Two CPU cores cannot run 64^3 at a teraflop: every timing is physical.
     assert all(r.gflops < 1000 for r in records if r.ok), max(r.gflops for r in records if r.ok)

@@ -31,7 +31,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run = sub.add_parser("run", help="tune every task of a job file until done or the deadline")
     run.add_argument("job", metavar="JOB.toml")
     run.add_argument("--scheduler", metavar="ADDR", help="a farm's Dask scheduler, tcp://HOST:8786")
-    run.add_argument("--db", default=None, help="records database: a path or sqlite:///path")
+    run.add_argument(
+        "--db", default=None, help="records database: a path, sqlite:///path or postgresql://..."
+    )
     when = run.add_mutually_exclusive_group()
     when.add_argument("--hours", type=float, help="stop proposing after this many hours")
     when.add_argument("--until", metavar="HH:MM", help="stop proposing at this local time")
@@ -40,7 +42,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     run.set_defaults(func=cmd_job_run)
     status = sub.add_parser("status", help="done/left per task and device kind, from the records")
     status.add_argument("job", metavar="JOB.toml")
-    status.add_argument("--db", default=None, help="records database: a path or sqlite:///path")
+    status.add_argument(
+        "--db", default=None, help="records database: a path, sqlite:///path or postgresql://..."
+    )
     status.add_argument("--json", action="store_true", help="print the table as JSON instead")
     status.set_defaults(func=cmd_job_status)
 
@@ -101,11 +105,10 @@ def deadline_of(args: argparse.Namespace, now: dt.datetime | None = None) -> flo
 
 
 def _open_db(path: str | None):
-    from autosched.records.sqlite import SQLiteDatabase, default_db_path
+    from autosched.records import open_database
+    from autosched.records.sqlite import default_db_path
 
-    if path and path.startswith("sqlite:///"):
-        path = path[len("sqlite://") :]
-    return SQLiteDatabase(Path(path) if path else default_db_path())
+    return open_database(path or default_db_path())
 
 
 class _JobProgress:

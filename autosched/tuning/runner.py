@@ -126,6 +126,8 @@ class DeviceSession:
                 seed=request.seed,
                 timeout_s=request.timeout_s,
             )
+            if self.worker:  # a farm worker's name, as its operator gave it
+                tuner.worker_name = self.worker
         self._tuners[key] = tuner
         while len(self._tuners) > self.keep:
             _, old = self._tuners.popitem(last=False)
@@ -161,7 +163,7 @@ class LocalRunner:
     calling process (the measurement itself runs in the session's killable child)."""
 
     def __init__(self, device: Device | HostCPU, target: str) -> None:
-        self.session = DeviceSession(device, target, worker="local")
+        self.session = DeviceSession(device, target)
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="autosched-measure")
 
     def slots(self) -> list[Slot]:
