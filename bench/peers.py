@@ -198,7 +198,7 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
     from autosched.measure.build import build
     from autosched.measure.device import select_device
     from autosched.space.config import Config
-    from autosched.space.space import Space
+    from autosched.space.select import make_space
 
     dev = select_device(device if target == "opencl" else None, target=target)
     run = Run(tuner="", seed=seed, target=target)
@@ -237,7 +237,7 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
     ranked = [(r.config_key, r.gflops) for r in res.history if r.ok and r.gflops]
     if res.best is not None:  # its own final re-measurement's winner goes first
         ranked.append((res.best.config_key, float("inf")))
-    space = Space(wl, target=target, limits=dev.limits)
+    space = make_space(wl, target=target, limits=dev.limits)
     for key, _ in _top_distinct(ranked, args.retime_top):
         own = max(
             (r.gflops or 0.0 for r in res.history if r.ok and r.config_key == key), default=0.0

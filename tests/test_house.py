@@ -170,9 +170,7 @@ def test_the_edges_follow_the_rules(tmp_path):
     )
     known = {"p", "p.a", "p.b", "p.c", "p.d", "p.hidden", "p.shown", "p.sub", "top"}
     # As if the file were p/sub/mod.py: `.` is p.sub, `..` is p.
-    assert imported_modules("p.sub.mod", source, known) == {
-        "p.a", "p.sub", "p", "p.d", "p.shown"
-    }
+    assert imported_modules("p.sub.mod", source, known) == {"p.a", "p.sub", "p", "p.d", "p.shown"}
     assert imported_modules("p.mod", source, known) == {"p.a", "p.b", "p.c", "p", "p.d", "p.shown"}
 
 

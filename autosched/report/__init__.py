@@ -45,6 +45,7 @@ from autosched.records.base import Database
 from autosched.records.files import write_atomically
 from autosched.records.record import OK, STATUSES, Record
 from autosched.report.vendor import VENDOR_OPS
+from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
@@ -227,7 +228,7 @@ class _Spaces:
         key = (canonical_json(dict(workload)), target, limits)
         space = self._cache.get(key)
         if space is None:
-            space = self._cache[key] = Space(
+            space = self._cache[key] = make_space(
                 workload_from_json(dict(workload)), target=target, limits=limits
             )
         return space
