@@ -31,7 +31,7 @@ from autosched.report import (
     measure_numpy,
     write_report,
 )
-from autosched.report.html import fmt_gflops
+from autosched.report.markup import fmt_gflops
 from autosched.space.config import Config
 from autosched.space.select import make_space
 
@@ -235,7 +235,7 @@ def test_numpy_vendor_figure():
 
 
 def test_shapes_follow_the_op_and_choices_are_options():
-    from autosched.report.html import option_params, shape_params
+    from autosched.report.markup import option_params, shape_params
 
     conv = autosched.workload(
         "conv2d", layout="NHWC", k=8, n=1, c=4, h=9, w=9, r=3, s=3, stride=2
