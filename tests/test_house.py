@@ -1,16 +1,15 @@
-"""The shape of the house: no import cycle among autosched's modules, no oversized module.
+"""The shape of the house: no import cycle among the modules, no oversized module.
 
 The import graph is read from the source with :mod:`ast`, without importing anything.
 Its nodes are the modules under ``autosched/`` and ``bench/`` (imports of anything else
-are not followed); there is an edge A -> B for every
-``import B`` and ``from B import x`` anywhere in A, function and class bodies included,
-because an import inside a function still ties A to B once it runs. Imports under
-``if TYPE_CHECKING:`` are left out: that block never executes. ``from pkg import name``
-is an edge to ``pkg.name`` when that is a module, else to ``pkg``; relative imports are
-resolved against the importing module's package. Importing ``a.b.c`` also runs the
-``__init__`` of ``a`` and ``a.b``, but those implicit edges to parent packages are not
-added: a package that re-exports its children would otherwise close a cycle with each
-of them, and that is the layout the project wants.
+are not followed); there is an edge A -> B for every ``import B`` and ``from B import x``
+anywhere in A, function and class bodies included, because an import inside a function
+still ties A to B once it runs. Imports under ``if TYPE_CHECKING:`` are left out: that
+block never executes (its ``else:`` branch counts). ``from pkg import name`` is an edge
+to ``pkg.name`` when that is a module, else to ``pkg``; relative imports are resolved
+against the importing module's package. Importing ``a.b.c`` also runs the ``__init__``
+of ``a`` and ``a.b``, but those implicit edges to parent packages are not added: a
+package that re-exports its children would otherwise close a cycle with each of them.
 """
 
 from __future__ import annotations
