@@ -8,12 +8,11 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
-from autosched.compiler import compile  # noqa: E402
-from autosched.errors import AutoschedError, InvalidInputError  # noqa: E402
-from autosched.ops import workload  # noqa: E402
-from autosched.tuner import TuneResult, tune  # noqa: E402
+from autosched._version import __version__
+from autosched.compiler import compile
+from autosched.errors import AutoschedError, InvalidInputError
+from autosched.ops import workload
+from autosched.tuner import TuneResult, tune
 
 __all__ = [
     "AutoschedError",

@@ -33,6 +33,7 @@ from autosched.records.base import Database
 from autosched.records.record import BUILD_ERROR, INVALID, OK, Record
 from autosched.search import make_strategy
 from autosched.space.config import Config
+from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
@@ -117,7 +118,7 @@ def _build_task(
     from autosched.measure.build import build
 
     start = time.perf_counter()
-    space = Space(workload_from_json(workload_json), target=target, limits=limits)
+    space = make_space(workload_from_json(workload_json), target=target, limits=limits)
     config = Config.from_json(config_json)
     reason = space.check(config)
     if reason:
@@ -199,7 +200,7 @@ class Tuner:
         self.target = target
         self.seed = seed
         self.timing = timing or TimingOptions()
-        self.space = Space(workload, target=target, limits=device.limits)
+        self.space = make_space(workload, target=target, limits=device.limits)
         self.device_key = device.key(target)
         self.device_family = device.family(target)
         self.fingerprint = device.fingerprint(target)
@@ -386,7 +387,7 @@ def tune(
     def space_for(wl_json: dict) -> Space:
         if wl_json == workload.to_json():
             return space
-        return Space(workload_from_json(wl_json), target=target, limits=dev.limits)
+        return make_space(workload_from_json(wl_json), target=target, limits=dev.limits)
 
     try:
         search = make_strategy(strategy, space, rng=rng, space_for=space_for)

@@ -30,6 +30,7 @@ from autosched.ops import workload
 from autosched.ops.base import Workload
 from autosched.records.record import BUILD_ERROR, INVALID, OK, Record
 from autosched.space.config import Config
+from autosched.space.select import make_space
 from autosched.space.space import Space
 
 log = logging.getLogger("collect_records")
@@ -58,7 +59,7 @@ class Collector:
         self.device = device
         self.timing = timing
         self.run_id = run_id
-        self.spaces = {w.key: Space(w, limits=device.limits) for w in workloads}
+        self.spaces = {w.key: make_space(w, limits=device.limits) for w in workloads}
         self.data = {}
         for w in workloads:
             inputs = w.make_inputs(np.random.default_rng(0))

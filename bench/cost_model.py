@@ -37,6 +37,7 @@ from autosched.cost_model.model import KINDS, make_model, normalized_targets, tr
 from autosched.ops import workload_from_json
 from autosched.records.record import Record
 from autosched.space.config import Config
+from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger("bench.cost_model")
@@ -67,7 +68,7 @@ def space_factory(records: Sequence[Record]) -> Callable[[dict], Space]:
     def space_for(wl: dict) -> Space:
         key = json.dumps(wl, sort_keys=True)
         if key not in cache:
-            cache[key] = Space(workload_from_json(wl), limits=limits)
+            cache[key] = make_space(workload_from_json(wl), limits=limits)
         return cache[key]
 
     return space_for
@@ -161,7 +162,7 @@ def timings(
     configs = space.sample(rng, 5000)
     fresh, cached = [], []
     for _ in range(repeats):
-        new = Space(space.workload, limits=space.limits)  # an empty feature cache
+        new = make_space(space.workload, limits=space.limits)  # an empty feature cache
         t = time.perf_counter()
         cand = featurize(new, configs)
         fresh.append(time.perf_counter() - t)

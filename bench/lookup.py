@@ -50,7 +50,7 @@ from autosched.ops import workload
 from autosched.ops.base import Workload
 from autosched.records.record import BUILD_ERROR, OK, RUN_ERROR, WRONG_RESULT, Record
 from autosched.records.sqlite import SQLiteDatabase
-from autosched.space.space import Space
+from autosched.space.select import make_space
 
 log = logging.getLogger("bench.lookup")
 
@@ -96,7 +96,7 @@ def fill(
     errors = {BUILD_ERROR: "synthetic build error", WRONG_RESULT: "synthetic", RUN_ERROR: "x"}
     t0 = time.perf_counter()
     for w_index, wl in enumerate(tuned):
-        space = Space(wl, limits=dev.limits)
+        space = make_space(wl, limits=dev.limits)
         configs = space.sample(rng, CONFIGS)
         # A quarter of the workloads were tuned only under the other driver version.
         slots = [0, 1, 2, 3] if w_index % 4 else [1, 1, 2, 3]
@@ -198,14 +198,14 @@ def main(argv: Sequence[str] | None = None) -> None:
         analyze_s = []
         for wl in {w.key: w for w in picks["nearest_shape"]}.values():
             t0 = time.perf_counter()
-            Space(wl, limits=dev.limits)
+            make_space(wl, limits=dev.limits)
             analyze_s.append(time.perf_counter() - t0)
 
         results: dict[str, dict[str, dict[str, float]]] = {}
         with SQLiteDatabase(path, create=False) as db:
             sources = [Source(str(path), db), Source(SHIPPED, shipped)]
             for name, (_, device) in scenarios.items():
-                spaces = [Space(wl, limits=device.limits) for wl in picks[name]]
+                spaces = [make_space(wl, limits=device.limits) for wl in picks[name]]
                 lookup_config(spaces[0], device=device, sources=sources)  # warm the caches
                 proper = _time(
                     [
@@ -227,7 +227,7 @@ def main(argv: Sequence[str] | None = None) -> None:
                 }
             build_cases = [
                 (space, lookup_config(space, device=dev, sources=sources).config)
-                for space in (Space(wl, limits=dev.limits) for wl in picks["exact"][:5])
+                for space in (make_space(wl, limits=dev.limits) for wl in picks["exact"][:5])
             ]
 
     # TVM builds of found configs, for scale (this is what the lookup is not).

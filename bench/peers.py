@@ -31,6 +31,11 @@ target (Kernel Tuner's busy-polling loop reads ~25% slow here, MetaSchedule's ll
 runner about 2x slow); autosched's curves come from the shared harness already.
 Unscaled figures are in the JSON.
 Prints a table (means over seeds), writes the JSON and a PNG of the curves.
+
+This module is the command line; the parts: :mod:`bench.peers_runs` (the tuners),
+:mod:`bench.peers_retime` (the vendor library and the shared re-timing),
+:mod:`bench.peers_metrics` and :mod:`bench.peers_summary` (the figures),
+:mod:`bench.peers_output` (table and plot).
 """
 
 from __future__ import annotations
@@ -39,665 +44,32 @@ import argparse
 import inspect
 import json
 import logging
-import multiprocessing as mp
 import os
 import platform
 import sys
-import tempfile
-import textwrap
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from autosched.measure.runner import TimingOptions
+from bench.peers_metrics import best_round_gflops
+from bench.peers_output import fmt_cell, plot, print_table
+from bench.peers_retime import RETIME, Vendor, retime, vendor_name, versions
+from bench.peers_runs import (
+    QUICK_TUNERS,
+    TUNERS,
+    Run,
+    run_autosched,
+    run_kernel_tuner,
+    run_metaschedule,
+)
+from bench.peers_summary import add_same_target_t95, rescale_rows, summarize, table
 
-log = logging.getLogger("bench.peers")
+log = logging.getLogger(__name__)
 
 RESULTS = Path(__file__).parent / "results"
-
-# name -> (family, target, strategy)
-TUNERS: dict[str, tuple[str, str, str]] = {
-    "autosched-model": ("autosched", "opencl", "model"),
-    "autosched-random": ("autosched", "opencl", "random"),
-    "autosched-tpe": ("autosched", "opencl", "tpe"),
-    "autosched-llvm": ("autosched", "llvm", "model"),
-    "kt-bayes_opt": ("kernel_tuner", "opencl", "bayes_opt"),
-    "kt-genetic_algorithm": ("kernel_tuner", "opencl", "genetic_algorithm"),
-    "kt-random_sample": ("kernel_tuner", "opencl", "random_sample"),
-    "ms-llvm": ("metaschedule", "llvm", "evolutionary"),
-    "ms-opencl": ("metaschedule", "opencl", "evolutionary"),
-}
-# Quick: no genetic algorithm (its first generation, 26 configs, is a random sample, so
-# within 24 trials it is random sampling) and no llvm pair (MetaSchedule llvm alone takes
-# 1-2 minutes for 24 trials here).
-QUICK_TUNERS = (
-    "autosched-model",
-    "autosched-random",
-    "kt-bayes_opt",
-    "kt-random_sample",
-    "ms-opencl",
-)
-CHECKPOINTS = (16, 32, 64)
-# How the shared re-timing times every finalist (and the vendor library, per round).
-RETIME = TimingOptions(warmup=2, min_repeats=10, max_repeats=400, min_time_s=0.2)
-TARGET_FRACTION = 0.95
-# Families whose curves are put on the shared harness's scale: Kernel Tuner times with
-# its own busy-polling loop. autosched and MetaSchedule OpenCL are timed by autosched's
-# worker during tuning; MetaSchedule llvm by TVM's time_evaluator, as autosched's llvm runner.
-# Peers whose own stopwatch is not the shared harness: their curves are put on its scale.
-SCALED_FAMILIES = ("kernel_tuner", "metaschedule")
-
-
-# -- metrics (pure) ---------------------------------------------------------------------
-
-
-def best_so_far(gflops: Sequence[float | None]) -> list[float]:
-    """Best GFLOP/s after each trial; failed trials (None) keep the best so far (0 at first)."""
-    out, best = [], 0.0
-    for g in gflops:
-        if g is not None and g > best:
-            best = g
-        out.append(best)
-    return out
-
-
-def best_after(curve: Sequence[float], trials: int) -> float | None:
-    """The best after ``trials`` trials; a run that stopped earlier keeps its last figure."""
-    if not curve:
-        return None
-    return curve[min(trials, len(curve)) - 1]
-
-
-def trials_to_reach(curve: Sequence[float], threshold: float) -> int | None:
-    """Trials (1-based) until the curve first reaches ``threshold``; None if it never does."""
-    for i, g in enumerate(curve):
-        if g >= threshold:
-            return i + 1
-    return None
-
-
-def wall_to_reach(curve: Sequence[float], times: Sequence[float], threshold: float) -> float | None:
-    """Seconds since the tuner started until the curve first reaches ``threshold``."""
-    n = trials_to_reach(curve, threshold)
-    return None if n is None else times[n - 1]
-
-
-def mean_or_none(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return float(np.mean(vals)) if vals else None
-
-
-# -- runs -------------------------------------------------------------------------------
-
-
-@dataclass
-class Finalist:
-    """One of a run's best programs, to be timed again by the shared harness."""
-
-    label: str
-    program: Any  # KernelProgram or CpuProgram
-    own_gflops: float
-    config: Any = None
-    visits: list[list[float]] = field(default_factory=list)  # latencies, per round
-    error: str | None = None
-
-    def retimed_gflops(self, flops: float) -> float | None:
-        """The best round's median: on this machine noise only ever slows a kernel."""
-        return best_round_gflops(self.visits, flops) if not self.error else None
-
-    def retimed_median_gflops(self, flops: float) -> float | None:
-        """The median of every round's samples pooled."""
-        pooled = [x for v in self.visits for x in v]
-        return flops / float(np.median(pooled)) / 1e9 if pooled and not self.error else None
-
-
-def best_round_gflops(visits: Sequence[Sequence[float]], flops: float) -> float | None:
-    medians = [float(np.median(v)) for v in visits if len(v)]
-    return flops / min(medians) / 1e9 if medians else None
-
-
-@dataclass
-class Run:
-    """One tuner, one seed: every trial's own figure, when it was known, the finalists."""
-
-    tuner: str
-    seed: int
-    target: str
-    gflops: list[float | None] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)
-    wall_s: float = 0.0
-    finalists: list[Finalist] = field(default_factory=list)
-    info: dict[str, Any] = field(default_factory=dict)
-    error: str | None = None
-
-    @property
-    def curve(self) -> list[float]:
-        return best_so_far(self.gflops)
-
-
-def _top_distinct(items: Sequence[tuple[Any, float]], k: int) -> list[tuple[Any, float]]:
-    """The ``k`` best (key, gflops) pairs with distinct keys, best first."""
-    seen, out = set(), []
-    for key, g in sorted(items, key=lambda x: -x[1]):
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((key, g))
-        if len(out) == k:
-            break
-    return out
-
-
-def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) -> Run:
-    import autosched
-    from autosched.measure.build import build
-    from autosched.measure.device import select_device
-    from autosched.space.config import Config
-    from autosched.space.space import Space
-
-    dev = select_device(device if target == "opencl" else None, target=target)
-    run = Run(tuner="", seed=seed, target=target)
-    start = time.perf_counter()
-
-    def progress(event) -> None:
-        rec = event.record
-        run.gflops.append(rec.gflops if rec.ok else None)
-        run.times.append(time.perf_counter() - start)
-
-    with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
-        res = autosched.tune(
-            wl,
-            trials=args.trials,
-            batch=args.batch,
-            strategy=strategy,
-            target=target,
-            db=Path(tmp) / "records.db",
-            device=dev,
-            seed=seed,
-            timeout_s=args.timeout,
-            progress=progress,
-        )
-    run.wall_s = time.perf_counter() - start
-    errors: dict[str, int] = {}
-    for rec in res.history:
-        if not rec.ok:
-            errors[rec.status] = errors.get(rec.status, 0) + 1
-    run.info = {
-        "final_gflops": res.best.gflops if res.best else None,
-        "final_config": res.best.config if res.best else None,
-        "default_gflops": res.default.gflops if res.default else None,
-        "errors": errors,
-    }
-    by_key = {r.config_key: r.config for r in res.history if r.ok}
-    ranked = [(r.config_key, r.gflops) for r in res.history if r.ok and r.gflops]
-    if res.best is not None:  # its own final re-measurement's winner goes first
-        ranked.append((res.best.config_key, float("inf")))
-    space = Space(wl, target=target, limits=dev.limits)
-    for key, _ in _top_distinct(ranked, args.retime_top):
-        own = max(
-            (r.gflops or 0.0 for r in res.history if r.ok and r.config_key == key), default=0.0
-        )
-        try:
-            program = build(space, Config(by_key[key]))
-        except Exception as exc:  # a config that measured fine builds again; say so if not
-            log.warning("%s: cannot rebuild %s: %s", wl, key, exc)
-            continue
-        run.finalists.append(Finalist(key, program, own, by_key[key]))
-    return run
-
-
-def run_kernel_tuner(wl, *, strategy: str, seed: int, args, device) -> Run:
-    from bench import peers_kt, peers_sgemm
-
-    m, n, k = wl.M, wl.N, wl.K
-    result = peers_kt.tune(
-        m=m,
-        n=n,
-        k=k,
-        strategy=strategy,
-        trials=args.trials,
-        seed=seed,
-        platform=device.platform_index,
-        device=device.device_index,
-        tolerance=wl.tolerance(),
-        local_mem_bytes=device.local_mem_bytes,
-        timeout_s=max(600.0, 60.0 * args.trials),
-    )
-    run = Run(tuner="", seed=seed, target="opencl", wall_s=result["wall_s"])
-    for ev in result["evaluations"]:
-        g = wl.flops() / (ev["time_ms"] * 1e-3) / 1e9 if ev["time_ms"] else None
-        run.gflops.append(g)
-        run.times.append(ev["t"])
-    evs = result["evaluations"]
-    keyed = {peers_sgemm.config_key(ev["config"]): ev["config"] for ev in evs}
-    ranked = [
-        (peers_sgemm.config_key(ev["config"]), g) for ev, g in zip(evs, run.gflops) if g is not None
-    ]
-    for key, g in _top_distinct(ranked, args.retime_top):
-        cfg = keyed[key]
-        run.finalists.append(Finalist(key, peers_sgemm.program(cfg, m, n, k), g, cfg))
-    errors: dict[str, int] = {}
-    for ev in evs:
-        if ev["error"]:
-            errors[ev["error"]] = errors.get(ev["error"], 0) + 1
-    run.info = {
-        "evaluations": len(evs),
-        "unique_configs": len(keyed),
-        "iterations": result["iterations"],
-        "errors": errors,
-        "best_config": run.finalists[0].config if run.finalists else None,
-    }
-    return run
-
-
-def run_metaschedule(wl, *, target: str, seed: int, args, device) -> Run:
-    from bench import peers_ms
-
-    _quiet_metaschedule()
-    if target == "llvm":
-        result = peers_ms.tune_llvm(
-            wl, trials=args.trials, batch=args.batch, seed=seed, top=args.retime_top
-        )
-    else:
-        result = peers_ms.tune_opencl(
-            wl,
-            device=device,
-            trials=args.trials,
-            batch=args.batch,
-            seed=seed,
-            top=args.retime_top,
-            timeout_s=args.timeout,
-        )
-    run = Run(tuner="", seed=seed, target=target, wall_s=result["wall_s"])
-    for entry in result["history"]:
-        run.gflops.append(entry["gflops"])
-        run.times.append(entry["t"])
-    for i, (program, g) in enumerate(result["programs"]):
-        run.finalists.append(Finalist(f"top{i + 1}", program, g))
-    errors: dict[str, int] = {}
-    for entry in result["history"]:
-        if entry["error"]:
-            # MetaSchedule's messages start with who failed and why (one line, say
-            # "LocalBuilder: Timeout, killed after 30.0 seconds"); the rest is a traceback.
-            kind = entry["error"].strip().splitlines()[0][:160]
-            errors[kind] = errors.get(kind, 0) + 1
-    run.info = {"errors": errors, "wall_clock": result["wall_clock"]}
-    if "target" in result:
-        run.info["tvm_target"] = result["target"]
-    if target == "opencl" and run.finalists:
-        run.info["best_source"] = run.finalists[0].program.source
-    return run
-
-
-def _quiet_metaschedule() -> None:
-    # MetaSchedule's console handler takes the level its logger has when tuning starts,
-    # and each tune_tir call resets that level to DEBUG.
-    logging.getLogger("tvm.s_tir.meta_schedule").setLevel(logging.WARNING)
-
-
-# -- the vendor library, in its own process ----------------------------------------------
-
-
-def _vendor_child(conn, workload_json: dict, seed: int) -> None:
-    from threadpoolctl import threadpool_limits
-
-    from autosched.report.vendor import vendor_callable
-
-    fn, inputs = vendor_callable(workload_json, seed=seed)
-
-    def sample(min_time_s: float, min_repeats: int, warmup: int) -> list[float]:
-        for _ in range(warmup):
-            fn(**inputs)
-        times: list[float] = []
-        while len(times) < min_repeats or sum(times) < min_time_s:
-            t = time.perf_counter()
-            fn(**inputs)
-            times.append(time.perf_counter() - t)
-        return times
-
-    while True:
-        msg = conn.recv()
-        if msg[0] == "stop":
-            return
-        # As autosched.report.vendor times it: the BLAS's own threads and one thread, the
-        # faster counts (a BLAS spinning its threads on busy cores can be far slower).
-        default = sample(*msg[1:])
-        with threadpool_limits(limits=1, user_api="blas"):
-            single = sample(*msg[1:])
-        if np.median(single) < np.median(default):
-            conn.send((single, "1 thread"))
-        else:
-            conn.send((default, "the BLAS's default threads"))
-
-
-def vendor_name(wl) -> str | None:
-    """What the vendor baseline is (autosched.report.vendor's numpy call), or None."""
-    from autosched.report.vendor import VENDOR_OPS
-
-    if wl.op not in VENDOR_OPS:
-        return None
-    blas = _versions().get("numpy_blas") or "numpy's BLAS"
-    return f"numpy baseline of {wl.op} (autosched.report.vendor; {blas})"
-
-
-class Vendor:
-    """numpy/OpenBLAS in a spawned process: no state shared with the tuners."""
-
-    def __init__(self, wl, *, seed: int = 0) -> None:
-        ctx = mp.get_context("spawn")
-        self._conn, child = ctx.Pipe()
-        self._proc = ctx.Process(
-            target=_vendor_child, args=(child, wl.to_json(), seed), daemon=True
-        )
-        self._proc.start()
-        child.close()
-        self.threads = ""
-
-    def latencies(self, *, min_time_s: float, min_repeats: int, warmup: int) -> list[float]:
-        """Timed calls (seconds) with the faster of the BLAS's threads and one thread;
-        ``threads`` says which."""
-        self._conn.send(("time", min_time_s, min_repeats, warmup))
-        times, self.threads = self._conn.recv()
-        return times
-
-    def close(self) -> None:
-        try:
-            self._conn.send(("stop",))
-        except OSError:
-            pass
-        self._proc.join(5)
-        if self._proc.is_alive():
-            self._proc.kill()
-            self._proc.join(5)
-
-
-# -- the shared re-timing -----------------------------------------------------------------
-
-
-def retime(
-    runs: Sequence[Run], wl, *, device, rounds: int, vendor: Vendor | None, timeout_s: float
-) -> list[list[float]]:
-    """Time every finalist again, round-robin with the vendor library; its latencies per round.
-
-    Each round visits the finalists in a rotated order, so no program always follows
-    the same neighbour; every one gets the same warm-up and repeats.
-    """
-    from autosched.measure.cpu import host_cpu
-    from autosched.measure.runner import TestData
-    from autosched.measure.worker import MeasureWorker
-
-    inputs = wl.make_inputs(np.random.default_rng([0, 0x5EED]))
-    data = TestData(wl.key, inputs, wl.reference(inputs), *wl.tolerance())
-    finalists = [f for r in runs for f in r.finalists]
-    workers: dict[str, MeasureWorker] = {}
-    vendor_lat: list[list[float]] = []
-    try:
-        for rnd in range(rounds):
-            shift = (rnd * len(finalists)) // max(rounds, 1)
-            for f in finalists[shift:] + finalists[:shift]:
-                if f.error:
-                    continue
-                kind = f.program.kind
-                if kind not in workers:
-                    dev = device if kind == "opencl" else host_cpu()
-                    workers[kind] = MeasureWorker(dev, timeout_s=timeout_s)
-                out = workers[kind].measure(f.program, data, RETIME)
-                if out.status == "ok":
-                    f.visits.append(list(out.latencies))
-                else:
-                    f.error = f"{out.status}: {out.error}"[:500]
-            if vendor is not None:
-                vendor_lat.append(
-                    vendor.latencies(
-                        min_time_s=RETIME.min_time_s,
-                        min_repeats=RETIME.min_repeats,
-                        warmup=RETIME.warmup,
-                    )
-                )
-            log.info("re-timing: round %d of %d done", rnd + 1, rounds)
-    finally:
-        for w in workers.values():
-            w.close()
-    return vendor_lat
-
-
-# -- summary -------------------------------------------------------------------------------
-
-
-def stopwatch_ratios(runs: Sequence[Run], flops: float) -> dict[str, float | None]:
-    """Per tuner family and target (``"metaschedule/llvm"``): median over its finalists
-    of re-timed / own GFLOP/s.
-
-    How a family's own stopwatch on a target reads against the shared harness. Pooled
-    over seeds and strategies, so one lucky own reading (the best of many noisy trials
-    reads high) does not decide it.
-    """
-    ratios: dict[str, list[float]] = {}
-    for r in runs:
-        for f in r.finalists:
-            g = f.retimed_gflops(flops)
-            if g and f.own_gflops:
-                ratios.setdefault(f"{TUNERS[r.tuner][0]}/{r.target}", []).append(g / f.own_gflops)
-    return {key: float(np.median(v)) for key, v in ratios.items()}
-
-
-def summarize(
-    runs: Sequence[Run], flops: float
-) -> tuple[list[dict], dict[str, float | None], dict[str, float | None]]:
-    """Per-run results (JSON rows), the references the 95% figures are measured against,
-    and each family's stopwatch ratio (see :func:`stopwatch_ratios`)."""
-    ratios = stopwatch_ratios(runs, flops)
-    retimed_best = {}
-    for r in runs:
-        figs = [g for g in (f.retimed_gflops(flops) for f in r.finalists) if g is not None]
-        retimed_best[id(r)] = max(figs) if figs else None
-    ref = max((g for g in retimed_best.values() if g is not None), default=None)
-    ref_own = max((max(r.curve) for r in runs if r.curve), default=None)
-    rows = []
-    for r in runs:
-        family = TUNERS[r.tuner][0]
-        curve = r.curve
-        scale = (ratios.get(f"{family}/{r.target}") or 1.0) if family in SCALED_FAMILIES else 1.0
-        scaled = [g * scale for g in curve]
-        row: dict[str, Any] = {
-            "tuner": r.tuner,
-            "family": family,
-            "target": r.target,
-            "seed": r.seed,
-            "trials": len(curve),
-            "best_gflops": curve[-1] if curve else None,
-            **{f"best_at_{n}": best_after(curve, n) for n in CHECKPOINTS},
-            "retimed_gflops": retimed_best[id(r)],
-            "stopwatch_scale": scale,
-            "curve": curve,
-            "trial_gflops": r.gflops,
-            "trial_wall_s": r.times,
-            "wall_s": r.wall_s,
-            "trials_to_95": None,
-            "wall_to_95": None,
-            "trials_to_95_own": None,
-            "wall_to_95_own": None,
-            "finalists": [
-                {
-                    "label": f.label,
-                    "config": f.config,
-                    "own_gflops": f.own_gflops,
-                    "retimed_gflops": f.retimed_gflops(flops),
-                    "retimed_median_gflops": f.retimed_median_gflops(flops),
-                    "retimed_visits": [len(v) for v in f.visits],
-                    "error": f.error,
-                }
-                for f in r.finalists
-            ],
-            "info": {k: v for k, v in r.info.items() if k != "best_source"},
-            "error": r.error,
-        }
-        if ref and curve:
-            row["trials_to_95"] = trials_to_reach(scaled, TARGET_FRACTION * ref)
-            row["wall_to_95"] = wall_to_reach(scaled, r.times, TARGET_FRACTION * ref)
-        if ref_own and curve:
-            row["trials_to_95_own"] = trials_to_reach(curve, TARGET_FRACTION * ref_own)
-            row["wall_to_95_own"] = wall_to_reach(curve, r.times, TARGET_FRACTION * ref_own)
-        rows.append(row)
-    return rows, {"retimed": ref, "own": ref_own}, ratios
-
-
-def add_same_target_t95(rows: Sequence[dict]) -> dict[str, float]:
-    """Trials and seconds to 95% of the best re-timed figure found *on the run's own target*.
-
-    The overall reference can be an llvm kernel that no OpenCL tuner can produce (or the
-    other way round); against its own target's best, a tuner is compared with the peers
-    that generate the same kind of code. Adds ``trials_to_95_target`` and
-    ``wall_to_95_target`` to each row; returns the reference per target.
-    """
-    refs: dict[str, float] = {}
-    for row in rows:
-        g = row.get("retimed_gflops")
-        if g is not None and row.get("error") is None:
-            refs[row["target"]] = max(refs.get(row["target"], 0.0), g)
-    for row in rows:
-        ref = refs.get(row["target"])
-        scaled = [g * (row.get("stopwatch_scale") or 1.0) for g in row["curve"]]
-        row["trials_to_95_target"] = trials_to_reach(scaled, TARGET_FRACTION * ref) if ref else None
-        row["wall_to_95_target"] = (
-            wall_to_reach(scaled, row["trial_wall_s"], TARGET_FRACTION * ref) if ref else None
-        )
-    return refs
-
-
-def by_tuner(rows: Sequence[dict]) -> dict[str, list[dict]]:
-    out: dict[str, list[dict]] = {}
-    for row in rows:
-        out.setdefault(row["tuner"], []).append(row)
-    return out
-
-
-def table(rows: Sequence[dict], *, vendor_gflops: float | None, trials: int) -> list[dict]:
-    """Means over seeds per tuner."""
-    out = []
-    for tuner, rs in by_tuner(rows).items():
-        ok = [r for r in rs if r["error"] is None]
-        reached = [r["trials_to_95"] for r in ok if r["trials_to_95"] is not None]
-        reached_t = [
-            r["trials_to_95_target"] for r in ok if r.get("trials_to_95_target") is not None
-        ]
-        entry = {
-            "tuner": tuner,
-            "runs": len(rs),
-            "failed_runs": len(rs) - len(ok),
-            "trials": mean_or_none([r["trials"] for r in ok]),
-            **{
-                f"best_at_{n}": mean_or_none([r[f"best_at_{n}"] for r in ok])
-                for n in CHECKPOINTS
-                if n <= trials
-            },
-            "best_gflops": mean_or_none([r["best_gflops"] for r in ok]),
-            "retimed_gflops": mean_or_none([r["retimed_gflops"] for r in ok]),
-            "trials_to_95": mean_or_none(reached),
-            "reached_95": f"{len(reached)}/{len(ok)}",
-            "wall_to_95": mean_or_none([r["wall_to_95"] for r in ok]),
-            "trials_to_95_target": mean_or_none(reached_t),
-            "reached_95_target": f"{len(reached_t)}/{len(ok)}",
-            "wall_s": mean_or_none([r["wall_s"] for r in ok]),
-        }
-        g = entry["retimed_gflops"]
-        entry["of_vendor"] = g / vendor_gflops if g and vendor_gflops else None
-        out.append(entry)
-    return out
-
-
-def _fmt(v, width: int, digits: int = 1) -> str:
-    if v is None:
-        return f"{'-':>{width}}"
-    if isinstance(v, str):
-        return f"{v:>{width}}"
-    return f"{v:>{width}.{digits}f}"
-
-
-def print_table(summary: Sequence[dict], *, trials: int, out=sys.stdout) -> None:
-    checkpoints = [n for n in CHECKPOINTS if n < trials]
-    head = (
-        f"{'tuner':<21}{'runs':>5}{'trials':>7}"
-        + "".join(f"{'@' + str(n):>7}" for n in checkpoints)
-        + f"{'best':>7}{'retimed':>8}{'vendor':>7}{'t95':>6}{'reach':>6}{'t95 s':>7}"
-        + f"{'t95tgt':>7}{'reach':>6}{'wall s':>8}"
-    )
-    print(head, file=out)
-    print("-" * len(head), file=out)
-    for e in summary:
-        line = f"{e['tuner']:<21}{e['runs']:>5}{_fmt(e['trials'], 7, 0)}"
-        line += "".join(_fmt(e.get(f"best_at_{n}"), 7) for n in checkpoints)
-        of_vendor = e["of_vendor"]
-        line += (
-            f"{_fmt(e['best_gflops'], 7)}{_fmt(e['retimed_gflops'], 8)}"
-            f"{_fmt(None if of_vendor is None else f'{100 * of_vendor:.0f}%', 7)}"
-            f"{_fmt(e['trials_to_95'], 6, 0)}{e['reached_95']:>6}"
-            f"{_fmt(e['wall_to_95'], 7, 0)}"
-            f"{_fmt(e.get('trials_to_95_target'), 7, 0)}{e.get('reached_95_target', '-'):>6}"
-            f"{_fmt(e['wall_s'], 8, 0)}"
-        )
-        if e["failed_runs"]:
-            line += f"  ({e['failed_runs']} failed)"
-        print(line, file=out)
-
-
-# -- plot -----------------------------------------------------------------------------------
-
-
-def plot(rows: Sequence[dict], path: Path, *, title: str, vendor_gflops: float | None) -> None:
-    """Best-so-far GFLOP/s against trials and against wall seconds, one colour per tuner."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, (ax_t, ax_w) = plt.subplots(1, 2, figsize=(13, 5), sharey=True)
-    colors = plt.get_cmap("tab10")
-    for i, (tuner, rs) in enumerate(by_tuner(rows).items()):
-        color = colors(i % 10)
-        curves = []
-        for r in rs:
-            if not r["curve"]:
-                continue
-            scale = r["stopwatch_scale"] or 1.0
-            curve = [g * scale for g in r["curve"]]
-            curves.append(curve)
-            x = np.arange(1, len(curve) + 1)
-            ax_t.step(x, curve, where="post", color=color, alpha=0.25, lw=0.8)
-            # Held to the end of the run: tuners spend time after their last trial too.
-            wall = [*r["trial_wall_s"], max(r["wall_s"], r["trial_wall_s"][-1])]
-            ax_w.step(wall, [*curve, curve[-1]], where="post", color=color, alpha=0.8, lw=1.2)
-        if curves:
-            n = min(len(c) for c in curves)
-            mean = np.mean([c[:n] for c in curves], axis=0)
-            ax_t.step(np.arange(1, n + 1), mean, where="post", color=color, lw=2, label=tuner)
-    for ax in (ax_t, ax_w):
-        if vendor_gflops:
-            label = "vendor library" if ax is ax_t else None
-            ax.axhline(vendor_gflops, color="k", ls="--", lw=1, label=label)
-        ax.grid(alpha=0.3)
-    ax_t.set_xlabel("trials")
-    ax_w.set_xscale("log")
-    ax_w.set_xlabel("wall seconds since the tuner started (log)")
-    ax_t.set_ylabel("best-so-far GFLOP/s (peers rescaled to the shared harness)")
-    ax_t.set_title("mean over seeds (bold), each seed (faint)")
-    ax_w.set_title("each seed")
-    # Below the panels: inside, the legend hides curves.
-    handles, labels = ax_t.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="lower center", ncol=min(len(labels), 5), fontsize=9)
-    fig.suptitle(textwrap.fill(title, 110))
-    fig.tight_layout(rect=(0, 0.08 + 0.04 * ((len(labels) - 1) // 5), 1, 1))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-# -- main -------------------------------------------------------------------------------------
 
 
 def parse_workload(op: str, shape: str | None):
@@ -735,21 +107,6 @@ DEFAULT_SHAPES = {
 }
 
 
-def _versions() -> dict[str, str | None]:
-    out: dict[str, str | None] = {}
-    for pkg in ("apache-tvm", "apache-tvm-ffi", "kernel_tuner", "pyopencl", "numpy", "optuna"):
-        try:
-            out[pkg] = version(pkg)
-        except PackageNotFoundError:
-            out[pkg] = None
-    try:
-        blas = np.__config__.CONFIG["Build Dependencies"]["blas"]
-        out["numpy_blas"] = f"{blas.get('name')} {blas.get('version')}"
-    except (AttributeError, KeyError):
-        out["numpy_blas"] = None
-    return out
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.peers", description=__doc__.splitlines()[0])
     p.add_argument("--op", default="matmul")
@@ -774,7 +131,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.resummarize:
         return resummarize(Path(args.resummarize))
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    log.setLevel(logging.INFO)
+    logging.getLogger("bench").setLevel(logging.INFO)  # this module's and its parts' progress
 
     q = args.quick
     args.trials = args.trials or (24 if q else 64)
@@ -905,7 +262,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         "@N, best: own measurements; retimed: the same harness for all, interleaved; "
         "vendor: retimed / vendor in the re-timing;\n"
-        f"t95: trials to 95% of the best retimed figure ({_fmt(refs['retimed'], 0)} GFLOP/s), "
+        f"t95: trials to 95% of the best retimed figure ({fmt_cell(refs['retimed'], 0)} GFLOP/s), "
         "Kernel Tuner's and MetaSchedule's curves rescaled to the shared harness; reach: runs that got there; "
         "t95 s: their wall seconds;\nt95tgt: the same against the best retimed figure on "
         "the run's own target ("
@@ -931,7 +288,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         },
         "device": device.fingerprint(),
         "device_key": device.key(),
-        "versions": _versions(),
+        "versions": versions(),
         "workload": wl.to_json(),
         "workload_key": wl.key,
         "flops": wl.flops(),
@@ -962,28 +319,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"written {out_json} and {out_png}")
     return 0
-
-
-def rescale_rows(rows: Sequence[dict]) -> tuple[dict[str, float], float | None]:
-    """:func:`stopwatch_ratios` and the 95% figures of :func:`summarize`, from JSON rows."""
-    pooled: dict[str, list[float]] = {}
-    for row in rows:
-        for f in row["finalists"]:
-            if f["retimed_gflops"] and f["own_gflops"]:
-                key = f"{row['family']}/{row['target']}"
-                pooled.setdefault(key, []).append(f["retimed_gflops"] / f["own_gflops"])
-    ratios = {key: float(np.median(v)) for key, v in pooled.items()}
-    ref = max((r["retimed_gflops"] for r in rows if r["retimed_gflops"]), default=None)
-    for row in rows:
-        key = f"{row['family']}/{row['target']}"
-        scale = (ratios.get(key) or 1.0) if row["family"] in SCALED_FAMILIES else 1.0
-        row["stopwatch_scale"] = scale
-        scaled = [g * scale for g in row["curve"]]
-        row["trials_to_95"] = trials_to_reach(scaled, TARGET_FRACTION * ref) if ref else None
-        row["wall_to_95"] = (
-            wall_to_reach(scaled, row["trial_wall_s"], TARGET_FRACTION * ref) if ref else None
-        )
-    return ratios, ref
 
 
 def resummarize(path: Path) -> int:

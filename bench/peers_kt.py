@@ -16,6 +16,7 @@ import shutil
 import sys
 import tempfile
 import time
+from datetime import UTC
 from typing import Any
 
 import numpy as np
@@ -53,7 +54,7 @@ def _tune(
     local_mem_bytes: int,
 ) -> dict[str, Any]:
     import random
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     import kernel_tuner
 
@@ -71,7 +72,7 @@ def _tune(
         # Kernel Tuner passes its own ``atol``; the workload's tolerance applies, as in autosched.
         return bool(np.allclose(result_host[2], answer[2], rtol=tolerance[0], atol=tolerance[1]))
 
-    start_utc = datetime.now(timezone.utc)
+    start_utc = datetime.now(UTC)
     start = time.perf_counter()
     results, env = kernel_tuner.tune_kernel(
         peers_sgemm.KERNEL_NAME,

@@ -31,7 +31,7 @@ from autosched.measure.program import CpuProgram
 from autosched.measure.runner import TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.space.config import Config
-from autosched.space.space import Space
+from autosched.space.select import make_space
 
 TIMING = TimingOptions(warmup=2, min_repeats=20, max_repeats=400, min_time_s=0.3)
 
@@ -153,7 +153,7 @@ def main() -> None:
     m, n, k = (int(x) for x in args.shape.split(","))
     cpu = host_cpu()
     wl = autosched.workload("matmul", M=m, N=n, K=k)
-    space = Space(wl, target="llvm", limits=cpu.limits)
+    space = make_space(wl, target="llvm", limits=cpu.limits)
     rng = np.random.default_rng(0)
     inputs = wl.make_inputs(rng)
     data = TestData(wl.key, inputs, wl.reference(inputs), *wl.tolerance())

@@ -8,10 +8,11 @@ import shlex
 
 import pytest
 
-from autosched.cli import _workload, build_parser, main
-from autosched.ops.shape import parse_shape
+from autosched.cli import build_parser, main
+from autosched.cli.shared import workload_from_args
 from autosched.errors import InvalidInputError
 from autosched.ops import OPS, workload
+from autosched.ops.shape import parse_shape
 
 
 def _args(*argv: str):
@@ -72,8 +73,8 @@ def test_positional_and_case_insensitive_names(op, text, expected):
 
 
 def test_defaults_may_be_left_out():
-    short = _workload(_args("--op", "conv2d", "--shape", "n=1,c=8,h=9,w=9,k=8,r=3,s=3"))
-    full = _workload(
+    short = workload_from_args(_args("--op", "conv2d", "--shape", "n=1,c=8,h=9,w=9,k=8,r=3,s=3"))
+    full = workload_from_args(
         _args(
             "--op",
             "conv2d",
@@ -144,7 +145,7 @@ def test_bad_shapes_are_one_line_and_status_2(capsys, op, text, fragment):
     line = _error_line(capsys, "tune", "--op", op, "--shape", text)
     assert fragment in line
     with pytest.raises(InvalidInputError, match="accepted"):
-        _workload(_args("--op", op, "--shape", text))
+        workload_from_args(_args("--op", op, "--shape", text))
 
 
 def test_error_lines_list_every_ops_parameter_names():
@@ -157,19 +158,25 @@ def test_error_lines_list_every_ops_parameter_names():
 
 # -- --epilogue -------------------------------------------------------------------------
 def test_epilogue_flag_for_matmul_and_dense():
-    matmul = _workload(_args("--op", "matmul", "--shape", "8,8,8", "--epilogue", "bias_relu"))
+    matmul = workload_from_args(
+        _args("--op", "matmul", "--shape", "8,8,8", "--epilogue", "bias_relu")
+    )
     assert matmul.params["epilogue"] == "bias_relu"
-    assert _workload(_args("--op", "matmul", "--shape", "8,8,8")).params["epilogue"] == "none"
-    flag = _workload(_args("--op", "dense", "--shape", "m=2,n=3,k=4", "--epilogue", "bias_gelu"))
-    inline = _workload(_args("--op", "dense", "--shape", "m=2,n=3,k=4,epilogue=bias_gelu"))
-    both = _workload(
+    assert (
+        workload_from_args(_args("--op", "matmul", "--shape", "8,8,8")).params["epilogue"] == "none"
+    )
+    flag = workload_from_args(
+        _args("--op", "dense", "--shape", "m=2,n=3,k=4", "--epilogue", "bias_gelu")
+    )
+    inline = workload_from_args(_args("--op", "dense", "--shape", "m=2,n=3,k=4,epilogue=bias_gelu"))
+    both = workload_from_args(
         _args(
             "--op", "dense", "--shape", "m=2,n=3,k=4,epilogue=bias_gelu", "--epilogue", "bias_gelu"
         )
     )
     assert flag == inline == both and flag.params["epilogue"] == "bias_gelu"
     # "--epilogue none" is harmless for an op without epilogues (scripts pass it for all ops).
-    softmax = _workload(_args("--op", "softmax", "--shape", "4,8", "--epilogue", "none"))
+    softmax = workload_from_args(_args("--op", "softmax", "--shape", "4,8", "--epilogue", "none"))
     assert softmax == workload("softmax", rows=4, cols=8)
 
 
@@ -213,7 +220,7 @@ def test_ops_json_and_its_examples_work(capsys):
         assert entry["choices"] == {k: list(v) for k, v in cls.choices.items()}
         argv = shlex.split(entry["example"])
         assert argv[:2] == ["autosched", "tune"]
-        wl = _workload(_args(*argv[2:]))  # the example command's workload builds
+        wl = workload_from_args(_args(*argv[2:]))  # the example command's workload builds
         assert wl.op == entry["op"]
     conv = next(e for e in catalogue if e["op"] == "conv2d")
     assert conv["defaults"] == {"stride": 1, "pad": 0, "dilation": 1, "groups": 1, "layout": "NCHW"}

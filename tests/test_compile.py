@@ -28,6 +28,7 @@ from autosched.records.files import parse_line
 from autosched.records.record import Record, canonical_json
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.config import Config
+from autosched.space.select import make_space
 from autosched.space.space import TARGETS, DeviceLimits, Space
 
 WL64 = autosched.workload("matmul", M=64, N=64, K=64)
@@ -135,7 +136,7 @@ def test_nearest_shape_adapts_a_tuned_config_and_computes_correctly(tuned, devic
         kernel = compile(wl, db=tuned, shipped=False)
     assert kernel.provenance == "nearest_shape"
     assert kernel.record.workload_key == WL64.key
-    assert Space(wl, limits=device.limits).check(kernel.config) is None
+    assert make_space(wl, limits=device.limits).check(kernel.config) is None
     assert any("never tuned" in r.getMessage() for r in caplog.records)
     _check_outputs(kernel, seed=3)
 
@@ -145,7 +146,7 @@ def test_untuned_uses_the_default_schedule(tmp_path, device, caplog):
     with caplog.at_level(logging.WARNING, logger="autosched.compiler"):
         kernel = compile(wl, db=_empty_db(tmp_path / "empty.db"), shipped=False)
     assert kernel.provenance == "untuned" and kernel.record is None
-    assert kernel.config == Space(wl, limits=device.limits).default()
+    assert kernel.config == make_space(wl, limits=device.limits).default()
     assert any("untuned" in r.getMessage() for r in caplog.records)
     _check_outputs(kernel)
 
@@ -227,7 +228,9 @@ def test_user_database_wins_at_the_same_step_and_steps_win_over_databases(
 
 
 def test_adapt_config_keeps_what_fits_and_moves_the_rest_least():
-    space = Space(autosched.workload("matmul", M=96, N=48, K=64), limits=DeviceLimits(is_cpu=True))
+    space = make_space(
+        autosched.workload("matmul", M=96, N=48, K=64), limits=DeviceLimits(is_cpu=True)
+    )
     source = {
         "tile.i": [1, 4],
         "tile.j": [1, 64],
@@ -244,7 +247,7 @@ def test_adapt_config_keeps_what_fits_and_moves_the_rest_least():
     assert adapted is not None and space.check(adapted) is None
     assert space.reg_elems(adapted) <= 256 and adapted["vec"] == 16
     # Tiny work-groups: the threads move down until the device accepts the config.
-    small = Space(WL64, limits=DeviceLimits(max_work_group_size=4, max_work_item_size=4))
+    small = make_space(WL64, limits=DeviceLimits(max_work_group_size=4, max_work_item_size=4))
     adapted = adapt_config(dict(source, **{"tile.i": [8, 1], "tile.j": [8, 4], "vec": 4}), small)
     assert adapted is not None and small.check(adapted) is None
     assert small.threads(adapted) <= 4 and adapted["vec"] == 4
@@ -465,7 +468,7 @@ def _launch_from_files(out: Path, inputs: dict[str, np.ndarray]) -> dict[str, np
 
 def test_compile_command_writes_a_manifest_another_runtime_can_launch(tmp_path, device):
     wl = autosched.workload("matmul", M=64, N=48, K=32, epilogue="bias_relu")
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     db = tmp_path / "m.db"
     with SQLiteDatabase(db) as store:
         (record_id,) = store.add([_unfused_record(wl, device, space)])

@@ -14,6 +14,7 @@ from autosched.compiler.lookup import shape_and_options, shape_distance
 from autosched.measure.device import select_device
 from autosched.measure.runner import TimingOptions
 from autosched.records.sqlite import SQLiteDatabase
+from autosched.space.select import make_space
 from autosched.space.space import TARGETS, Space
 from tests.tuned_records import record_for
 
@@ -66,7 +67,7 @@ def _sampled(space: Space, seed: int):
 
 def _compiles_untuned_and_from_a_record(tmp_path, wl, target: str) -> None:
     dev = _device(target)
-    space = Space(wl, target=target, limits=dev.limits)
+    space = make_space(wl, target=target, limits=dev.limits)
 
     untuned = compile(wl, target=target, db=_db(tmp_path / "empty.db"), shipped=False)
     assert untuned.provenance == "untuned" and untuned.config == space.default()
@@ -117,13 +118,13 @@ def test_nearest_shape_serves_a_conv2d_of_another_size(tmp_path, pad, target, ca
     tuned = autosched.workload("conv2d", n=1, c=4, h=8, w=8, k=8, r=3, s=3, pad=pad)
     wanted = autosched.workload("conv2d", n=1, c=8, h=12, w=12, k=16, r=3, s=3, pad=pad)
     dev = _device(target)
-    config = _sampled(Space(tuned, target=target, limits=dev.limits), seed=pad)
+    config = _sampled(make_space(tuned, target=target, limits=dev.limits), seed=pad)
     db = _db(tmp_path / "c.db", [record_for(tuned, dev, config, target=target)])
     with caplog.at_level(logging.WARNING, logger="autosched.compiler"):
         kernel = compile(wanted, target=target, db=db, shipped=False)
     assert kernel.provenance == "nearest_shape"
     assert kernel.record.workload_key == tuned.key
-    assert Space(wanted, target=target, limits=dev.limits).check(kernel.config) is None
+    assert make_space(wanted, target=target, limits=dev.limits).check(kernel.config) is None
     assert any("never tuned" in r.getMessage() for r in caplog.records)
     _check_outputs(kernel, seed=3)
 
@@ -141,7 +142,9 @@ def test_nearest_shape_never_crosses_an_option(tmp_path, device):
         autosched.workload("conv2d", **dict(base, dilation=2)),
         autosched.workload("depthwise_conv2d", **{k: v for k, v in base.items() if k != "k"}),
     ]
-    records = [record_for(wl, device, Space(wl, limits=device.limits).default()) for wl in others]
+    records = [
+        record_for(wl, device, make_space(wl, limits=device.limits).default()) for wl in others
+    ]
     db = _db(tmp_path / "o.db", records)
     assert find_config(wanted, db=db, shipped=False).provenance == "untuned"
 
@@ -149,13 +152,13 @@ def test_nearest_shape_never_crosses_an_option(tmp_path, device):
     bias = autosched.workload("dense", m=16, n=32, k=24, epilogue="bias")
     gelu = autosched.workload("dense", m=32, n=32, k=24, epilogue="bias_gelu")
     with SQLiteDatabase(db) as store:
-        store.add([record_for(bias, device, Space(bias, limits=device.limits).default())])
+        store.add([record_for(bias, device, make_space(bias, limits=device.limits).default())])
     assert find_config(gelu, db=db, shipped=False).provenance == "untuned"
 
     # A conv2d with every option equal serves, however far its dimensions are.
     same = autosched.workload("conv2d", **dict(base, c=2, h=32, w=32, k=4))
     with SQLiteDatabase(db) as store:
-        store.add([record_for(same, device, Space(same, limits=device.limits).default())])
+        store.add([record_for(same, device, make_space(same, limits=device.limits).default())])
     found = find_config(wanted, db=db, shipped=False)
     assert found.provenance == "nearest_shape" and found.record.workload_key == same.key
 
@@ -217,7 +220,7 @@ def test_nearest_shape_serves_a_rowwise_op_with_other_rows(tmp_path, name, targe
     tuned = ROWWISE[name]
     wanted = autosched.workload(tuned.op, **dict(tuned.params, rows=48))
     dev = _device(target)
-    config = _sampled(Space(tuned, target=target, limits=dev.limits), seed=5)
+    config = _sampled(make_space(tuned, target=target, limits=dev.limits), seed=5)
     db = _db(tmp_path / "r.db", [record_for(tuned, dev, config, target=target)])
     kernel = compile(wanted, target=target, db=db, shipped=False)
     assert kernel.provenance == "nearest_shape" and kernel.record.workload_key == tuned.key

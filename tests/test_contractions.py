@@ -17,7 +17,7 @@ from autosched.measure.runner import TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.config import Config
-from autosched.space.space import Space
+from autosched.space.select import make_space
 from tests.conftest import make_data
 
 QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=30, min_time_s=0.02)
@@ -48,7 +48,9 @@ def test_short_tune_beats_the_default_and_its_best_kernel_is_correct(tmp_path, o
     device = _device(target)
     with SQLiteDatabase(db) as store:
         best = store.best(wl.key, device_key=device.key(target), target=target)[0]
-    program = build(Space(wl, target=target, limits=device.limits), Config.from_json(best.config))
+    program = build(
+        make_space(wl, target=target, limits=device.limits), Config.from_json(best.config)
+    )
     with MeasureWorker(device) as w:  # fresh inputs: the kernel is right, not just lucky
         assert w.measure(program, make_data(wl, seed=7), QUICK).status == "ok"
 
@@ -69,7 +71,7 @@ def test_padding_fused_staged_or_its_own_kernel_is_correct(params, target):
     """Every way of placing the padding producer computes the reference."""
     wl = autosched.workload("conv2d", **params)
     device = _device(target)
-    space = Space(wl, target=target, limits=device.limits)
+    space = make_space(wl, target=target, limits=device.limits)
     assert "fuse.pad" in {k.name for k in space.knobs}
     staged = "local" if target == "opencl" else "pack"
     base = space.default()
@@ -89,7 +91,7 @@ def test_padding_fused_staged_or_its_own_kernel_is_correct(params, target):
 def test_dense_epilogue_fused_and_unfused_is_correct(target):
     wl = autosched.workload("dense", m=16, n=64, k=32, epilogue="bias_gelu")
     device = _device(target)
-    space = Space(wl, target=target, limits=device.limits)
+    space = make_space(wl, target=target, limits=device.limits)
     data = make_data(wl, seed=4)
     with MeasureWorker(device) as w:
         for fuse in (True, False):

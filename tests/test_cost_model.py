@@ -32,6 +32,7 @@ from autosched.errors import InvalidInputError
 from autosched.ops import workload, workload_from_json
 from autosched.records.record import Record
 from autosched.space.config import Config
+from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, Space
 
 DATA = Path(__file__).parent / "data" / "matmul_pocl_records.jsonl"
@@ -61,7 +62,7 @@ def space_for(records):
     def make(wl: dict) -> Space:
         key = json.dumps(wl, sort_keys=True)
         if key not in spaces:
-            spaces[key] = Space(workload_from_json(wl), limits=limits)
+            spaces[key] = make_space(workload_from_json(wl), limits=limits)
         return spaces[key]
 
     return make
@@ -88,7 +89,7 @@ def _top_mean(pred: np.ndarray, y: np.ndarray, k: int = TOP_K) -> float:
 
 
 def test_featurize_shape_dtype_and_finite_values():
-    space = Space(workload("matmul", M=256, N=128, K=64), limits=LIMITS)
+    space = make_space(workload("matmul", M=256, N=128, K=64), limits=LIMITS)
     configs = space.sample(np.random.default_rng(0), 300)
     X = featurize(space, configs)
     names = feature_names(space)
@@ -108,19 +109,19 @@ def test_featurize_shape_dtype_and_finite_values():
 
 
 def test_featurize_cached_rows_equal_fresh_rows_and_empty_input():
-    space = Space(workload("matmul", M=64, N=64, K=64), limits=LIMITS)
+    space = make_space(workload("matmul", M=64, N=64, K=64), limits=LIMITS)
     configs = space.sample(np.random.default_rng(1), 50)
     first = featurize(space, configs)
     again = featurize(space, configs[::-1])
     np.testing.assert_array_equal(first[::-1], again)
-    fresh = featurize(Space(space.workload, limits=LIMITS), configs)
+    fresh = featurize(make_space(space.workload, limits=LIMITS), configs)
     np.testing.assert_array_equal(first, fresh)
     assert featurize(space, []).shape == (0, len(feature_names(space)))
 
 
 def test_featurize_lines_up_columns_across_shapes_and_epilogues():
-    a = Space(workload("matmul", M=128, N=128, K=128), limits=LIMITS)
-    b = Space(workload("matmul", M=512, N=256, K=64, epilogue="bias_relu"), limits=LIMITS)
+    a = make_space(workload("matmul", M=128, N=128, K=128), limits=LIMITS)
+    b = make_space(workload("matmul", M=512, N=256, K=64, epilogue="bias_relu"), limits=LIMITS)
     names = feature_names(a)
     Xb = featurize(b, b.sample(np.random.default_rng(2), 20), names=names)
     assert Xb.shape == (20, len(names))
@@ -130,7 +131,7 @@ def test_featurize_lines_up_columns_across_shapes_and_epilogues():
 
 
 def test_prior_prefers_what_runs_fast_on_pocl():
-    space = Space(workload("matmul", M=512, N=512, K=512), limits=LIMITS)
+    space = make_space(workload("matmul", M=512, N=512, K=512), limits=LIMITS)
     good = Config(
         {
             "stage.A": "global",

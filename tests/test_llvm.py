@@ -25,7 +25,8 @@ from autosched.measure.worker import MeasureWorker
 from autosched.ops import workload
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.config import Config
-from autosched.space.space import DeviceLimits, Space
+from autosched.space.select import make_space
+from autosched.space.space import DeviceLimits
 from tests.conftest import make_data
 
 FAST = TimingOptions(warmup=0, min_repeats=2, max_repeats=5, min_time_s=0.0)
@@ -67,7 +68,7 @@ def test_the_host_cpu_is_the_llvm_device_and_its_fingerprint_names_the_compilers
 
 def test_llvm_space_has_cpu_knobs_and_describes_every_config(cpu):
     wl = workload("matmul", M=512, N=512, K=512, epilogue="bias_relu")
-    space = Space(wl, target="llvm", limits=cpu.limits)
+    space = make_space(wl, target="llvm", limits=cpu.limits)
     names = {k.name for k in space.knobs}
     assert names == {
         "tile.i",
@@ -85,7 +86,7 @@ def test_llvm_space_has_cpu_knobs_and_describes_every_config(cpu):
     default = space.default()
     assert space.check(default) is None and space.threads(default) == 1
     # The names that mean the same on OpenCL are all there, so one cost model serves both.
-    opencl = Space(wl, limits=OPENCL_LIMITS)
+    opencl = make_space(wl, limits=OPENCL_LIMITS)
     rng = np.random.default_rng(0)
     configs = [default, *space.sample(rng, 50)]
     for c in configs:
@@ -129,7 +130,7 @@ CONFIGS = {
 @pytest.mark.parametrize("epilogue", ["none", "bias_relu"])
 def test_llvm_kernels_compute_the_reference(cpu, worker, name, epilogue):
     wl = workload("matmul", M=64, N=96, K=48, epilogue=epilogue)
-    space = Space(wl, target="llvm", limits=cpu.limits)
+    space = make_space(wl, target="llvm", limits=cpu.limits)
     changes = dict(CONFIGS[name])
     if epilogue == "none":
         changes.pop("fuse", None)
@@ -159,7 +160,7 @@ def test_hanging_crashing_wrong_and_broken_llvm_kernels_are_classified(cpu):
     from tvm.script import tirx as T
 
     wl = workload("matmul", M=32, N=32, K=32)
-    space = Space(wl, target="llvm", limits=cpu.limits)
+    space = make_space(wl, target="llvm", limits=cpu.limits)
     good = build(space, space.default())
     data = make_data(wl)
 
@@ -214,7 +215,7 @@ def test_short_llvm_tune_beats_the_default_and_its_best_kernel_is_correct(tmp_pa
         best = store.best(wl.key, device_key=cpu.key(), target="llvm")[0]
         assert best.device["mcpu"] == cpu.mcpu
         assert not store.query(workload_key=wl.key, target="opencl")
-    program = build(Space(wl, target="llvm", limits=cpu.limits), Config.from_json(best.config))
+    program = build(make_space(wl, target="llvm", limits=cpu.limits), Config.from_json(best.config))
     with MeasureWorker(cpu) as w:
         assert w.measure(program, make_data(wl, seed=7), QUICK).status == "ok"
 

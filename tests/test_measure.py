@@ -12,7 +12,7 @@ from autosched.measure.runner import TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import workload
 from autosched.space.config import Config
-from autosched.space.space import Space
+from autosched.space.select import make_space
 from tests.conftest import make_data
 
 FAST = TimingOptions(warmup=0, min_repeats=2, max_repeats=5, min_time_s=0.0)
@@ -49,7 +49,7 @@ CONFIGS = {
 @pytest.mark.parametrize("epilogue", ["none", "bias_relu"])
 def test_built_kernels_compute_the_reference(device, worker, name, epilogue):
     wl = workload("matmul", M=64, N=96, K=48, epilogue=epilogue)
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     changes = dict(CONFIGS[name] or {})
     if epilogue == "none":
         changes.pop("fuse", None)
@@ -64,7 +64,7 @@ def test_built_kernels_compute_the_reference(device, worker, name, epilogue):
 
 def test_launch_geometry_comes_from_tvm(device):
     wl = workload("matmul", M=64, N=64, K=64, epilogue="bias")
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     fused = build(space, space.default().replace(**{"tile.i": (2, 4), "tile.j": (4, 8), "vec": 4}))
     (k,) = fused.kernels
     assert k.local_size == (8,) and k.global_size == (8 * (64 // 8) * (64 // 32),)
@@ -82,7 +82,7 @@ def _with_kernel(program: KernelProgram, source: str) -> KernelProgram:
 
 def test_hanging_wrong_and_crashing_kernels_are_classified_and_tuning_goes_on(device):
     wl = workload("matmul", M=32, N=32, K=32)
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     good = build(space, space.default())
     data = make_data(wl)
     names = [good.tensors[i].name for i in good.kernels[0].args]
@@ -111,7 +111,7 @@ def test_hanging_wrong_and_crashing_kernels_are_classified_and_tuning_goes_on(de
 
 def test_a_kernel_that_skips_outputs_is_caught(device):
     wl = workload("matmul", M=32, N=32, K=32)
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     good = build(space, space.default())
     short = dataclasses.replace(good.kernels[0], global_size=(good.kernels[0].global_size[0] // 2,))
     half = KernelProgram(good.source, (short,), good.tensors)
@@ -123,7 +123,7 @@ def test_invalid_config_is_rejected_before_build(device):
     from autosched.tuner import _build_task
 
     wl = workload("matmul", M=64, N=64, K=64)
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     bad = space.default().replace(vec=16)
     res = _build_task(wl.to_json(), bad.to_json(), device.limits, "opencl")
     assert res.status == "invalid" and "vec=16" in res.error and res.program is None

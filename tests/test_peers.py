@@ -14,7 +14,7 @@ from autosched.measure.program import KernelProgram
 from autosched.measure.runner import TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import workload
-from bench import peers, peers_sgemm
+from bench import peers_metrics, peers_retime, peers_runs, peers_sgemm, peers_summary
 from tests.conftest import make_data
 
 ONCE = TimingOptions(warmup=0, min_repeats=1, max_repeats=1, min_time_s=0.0)
@@ -143,30 +143,31 @@ def test_kernel_tuner_peer_records_every_evaluation_in_order(device):
 
 
 def test_best_so_far_keeps_the_best_through_failures():
-    assert peers.best_so_far([None, 3.0, 2.0, None, 5.0, 4.0]) == [0.0, 3.0, 3.0, 3.0, 5.0, 5.0]
-    assert peers.best_so_far([]) == []
+    curve = peers_metrics.best_so_far([None, 3.0, 2.0, None, 5.0, 4.0])
+    assert curve == [0.0, 3.0, 3.0, 3.0, 5.0, 5.0]
+    assert peers_metrics.best_so_far([]) == []
 
 
 def test_best_after_n_trials_and_short_runs():
     curve = [1.0, 2.0, 2.0, 7.0]
-    assert peers.best_after(curve, 2) == 2.0
-    assert peers.best_after(curve, 4) == 7.0
-    assert peers.best_after(curve, 64) == 7.0  # stopped early: its last figure
-    assert peers.best_after([], 16) is None
+    assert peers_metrics.best_after(curve, 2) == 2.0
+    assert peers_metrics.best_after(curve, 4) == 7.0
+    assert peers_metrics.best_after(curve, 64) == 7.0  # stopped early: its last figure
+    assert peers_metrics.best_after([], 16) is None
 
 
 def test_trials_and_wall_seconds_to_reach_a_threshold():
     curve = [1.0, 5.0, 9.5, 10.0]
     times = [0.5, 1.0, 4.0, 9.0]
-    assert peers.trials_to_reach(curve, 9.5) == 3  # reaching counts, 1-based
-    assert peers.trials_to_reach(curve, 0.5) == 1
-    assert peers.trials_to_reach(curve, 11.0) is None
-    assert peers.wall_to_reach(curve, times, 9.5) == 4.0
-    assert peers.wall_to_reach(curve, times, 11.0) is None
+    assert peers_metrics.trials_to_reach(curve, 9.5) == 3  # reaching counts, 1-based
+    assert peers_metrics.trials_to_reach(curve, 0.5) == 1
+    assert peers_metrics.trials_to_reach(curve, 11.0) is None
+    assert peers_metrics.wall_to_reach(curve, times, 9.5) == 4.0
+    assert peers_metrics.wall_to_reach(curve, times, 11.0) is None
 
 
 def test_retimed_figure_is_the_best_rounds_median():
-    f = peers.Finalist("x", None, own_gflops=10.0, visits=[[2.0, 2.0, 9.0], [1.0, 1.0, 1.5]])
+    f = peers_runs.Finalist("x", None, own_gflops=10.0, visits=[[2.0, 2.0, 9.0], [1.0, 1.0, 1.5]])
     assert f.retimed_gflops(10e9) == pytest.approx(10.0)  # round 2: median 1 s
     assert f.retimed_median_gflops(10e9) == pytest.approx(10e9 / 1.75 / 1e9)
     f.error = "wrong_result: ..."
@@ -174,10 +175,10 @@ def test_retimed_figure_is_the_best_rounds_median():
 
 
 def _run(tuner, own, retimed_latency, *, seed=0):
-    run = peers.Run(tuner=tuner, seed=seed, target="opencl", gflops=own)
+    run = peers_runs.Run(tuner=tuner, seed=seed, target="opencl", gflops=own)
     run.times = [float(i + 1) for i in range(len(own))]
     best = max(g for g in own if g)
-    run.finalists = [peers.Finalist("top1", None, best, visits=[[retimed_latency]])]
+    run.finalists = [peers_runs.Finalist("top1", None, best, visits=[[retimed_latency]])]
     return run
 
 
@@ -189,7 +190,7 @@ def test_summary_scales_the_peers_stopwatch_and_measures_95_on_the_shared_clock(
         # autosched: own 50 then 90 (an outlier), re-timed 78.
         _run("autosched-model", [50.0, None, 90.0], 100 / 78),
     ]
-    rows, refs, ratios = peers.summarize(runs, flops)
+    rows, refs, ratios = peers_summary.summarize(runs, flops)
     assert refs["retimed"] == pytest.approx(80.0)
     assert ratios["kernel_tuner/opencl"] == pytest.approx(2.0)
     kt, ours = rows
@@ -199,16 +200,16 @@ def test_summary_scales_the_peers_stopwatch_and_measures_95_on_the_shared_clock(
     assert ours["trials_to_95"] == 3
     assert kt["trials_to_95_own"] is None  # unscaled, 40 never reaches 95% of 90
     assert kt["best_at_16"] == 40.0 and ours["retimed_gflops"] == pytest.approx(78.0)
-    summary = peers.table(rows, vendor_gflops=100.0, trials=3)
+    summary = peers_summary.table(rows, vendor_gflops=100.0, trials=3)
     assert [e["tuner"] for e in summary] == ["kt-random_sample", "autosched-model"]
     assert summary[0]["of_vendor"] == pytest.approx(0.8)
     assert summary[0]["reached_95"] == "1/1"
     # Against the best on the run's own target (both opencl here: the same reference).
-    assert peers.add_same_target_t95(rows) == {"opencl": pytest.approx(80.0)}
+    assert peers_summary.add_same_target_t95(rows) == {"opencl": pytest.approx(80.0)}
     assert kt["trials_to_95_target"] == 2 and ours["trials_to_95_target"] == 3
     # Recomputed from the JSON rows alone (--resummarize), the figures are the same.
     again = [dict(r, trials_to_95=None, wall_to_95=None, stopwatch_scale=None) for r in rows]
-    ratios_again, ref_again = peers.rescale_rows(again)
+    ratios_again, ref_again = peers_summary.rescale_rows(again)
     assert ref_again == pytest.approx(80.0)
     assert ratios_again["kernel_tuner/opencl"] == pytest.approx(2.0)
     assert [r["trials_to_95"] for r in again] == [2, 3]
@@ -217,9 +218,11 @@ def test_summary_scales_the_peers_stopwatch_and_measures_95_on_the_shared_clock(
 
 def test_vendor_runs_in_its_own_process_and_names_the_baseline():
     wl = workload("matmul", M=64, N=64, K=64)
-    assert "numpy baseline of matmul" in peers.vendor_name(wl)
-    assert peers.vendor_name(workload("conv2d", n=1, c=4, h=6, w=6, k=4, r=3, s=3)) is not None
-    vendor = peers.Vendor(wl)
+    assert "numpy baseline of matmul" in peers_retime.vendor_name(wl)
+    assert (
+        peers_retime.vendor_name(workload("conv2d", n=1, c=4, h=6, w=6, k=4, r=3, s=3)) is not None
+    )
+    vendor = peers_retime.Vendor(wl)
     try:
         lat = vendor.latencies(min_time_s=0.0, min_repeats=5, warmup=1)
     finally:

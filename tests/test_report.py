@@ -31,9 +31,9 @@ from autosched.report import (
     measure_numpy,
     write_report,
 )
-from autosched.report.html import fmt_gflops
+from autosched.report.markup import fmt_gflops
 from autosched.space.config import Config
-from autosched.space.space import Space
+from autosched.space.select import make_space
 
 DATA = Path(__file__).parent / "data" / "matmul_pocl_records.jsonl"
 WORKLOAD = autosched.workload("matmul", M=64, N=64, K=64)
@@ -146,7 +146,7 @@ def test_default_tuned_and_vendor_are_compared(tuned, page):
     compare = chunk[chunk.index("-compare") : chunk.index("-top")]
     records = _records(db, WORKLOAD.key)
     limits = device_limits(records[0].device, "opencl")
-    default_key = Space(WORKLOAD, limits=limits).default().key
+    default_key = make_space(WORKLOAD, limits=limits).default().key
     default_first = next(r for r in records if r.config_key == default_key)
     assert fmt_gflops(default_first.gflops) in compare
     assert fmt_gflops(result.default.gflops) in compare  # re-measured side by side
@@ -188,16 +188,16 @@ def test_knob_importance_from_the_recorded_family(tuned, page):
     valid = [
         r
         for r in family
-        if Space(workload_from_json(r.workload), limits=device_limits(r.device, "opencl")).is_valid(
-            Config.from_json(r.config)
-        )
+        if make_space(
+            workload_from_json(r.workload), limits=device_limits(r.device, "opencl")
+        ).is_valid(Config.from_json(r.config))
     ]
     assert 0.9 * len(family) < len(valid) <= len(family)
     assert imp.n_records == len(valid) and imp.n_workloads >= 5
     assert len(imp.features) == 10
     shares = [s for _, s in imp.features]
     assert shares == sorted(shares, reverse=True) and 0 < sum(shares) <= 1 + 1e-9
-    space = Space(
+    space = make_space(
         workload_from_json(recorded[0].workload), limits=device_limits(recorded[0].device, "opencl")
     )
     assert {n for n, _ in imp.features} <= set(feature_names(space))
@@ -235,7 +235,7 @@ def test_numpy_vendor_figure():
 
 
 def test_shapes_follow_the_op_and_choices_are_options():
-    from autosched.report.html import option_params, shape_params
+    from autosched.report.markup import option_params, shape_params
 
     conv = autosched.workload(
         "conv2d", layout="NHWC", k=8, n=1, c=4, h=9, w=9, r=3, s=3, stride=2
@@ -260,7 +260,7 @@ def test_report_of_convolutions_and_dense_layers_with_their_numpy_baselines(tmp_
     rng = np.random.default_rng(0)
     records = []
     for wl in (conv, dense):
-        space = Space(wl, limits=device.limits)
+        space = make_space(wl, limits=device.limits)
         configs = [space.default(), *space.sample(rng, 4)]
         records += [
             record_for(wl, device, c, latency_s=1e-4 * (i + 1)) for i, c in enumerate(configs)

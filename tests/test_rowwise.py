@@ -19,7 +19,8 @@ from autosched.measure.worker import MeasureWorker
 from autosched.ops import workload
 from autosched.space.loopnest import analyze_row_prim_func, classify
 from autosched.space.rowwise import RowSpace
-from autosched.space.space import DeviceLimits, Space
+from autosched.space.select import make_space
+from autosched.space.space import DeviceLimits
 from tests.conftest import make_data
 
 FAST = TimingOptions(warmup=0, min_repeats=2, max_repeats=3, min_time_s=0.0)
@@ -55,7 +56,7 @@ def workers(device, cpu):
 
 
 def test_the_row_nest_is_read_from_the_blocks():
-    space = Space(_small("softmax"), limits=LIMITS)
+    space = make_space(_small("softmax"), limits=LIMITS)
     assert isinstance(space, RowSpace) and space.family == "rowwise"
     nest = space.nest
     assert (nest.rows, nest.cols) == (64, 128)
@@ -70,12 +71,12 @@ def test_the_row_nest_is_read_from_the_blocks():
         ("rows", 64, "S"),
         ("cols", 128, "R"),
     ]
-    layernorm = Space(_small("layernorm"), limits=LIMITS).nest
+    layernorm = make_space(_small("layernorm"), limits=LIMITS).nest
     assert layernorm.reductions == ("row_sum", "var_sum") and layernorm.outputs == ("layernorm",)
     assert dict(layernorm.inputs) == {"x": (32, 96), "gamma": (96,), "beta": (96,)}
-    reduce = Space(_small("reduce_max"), limits=LIMITS).nest
+    reduce = make_space(_small("reduce_max"), limits=LIMITS).nest
     assert [(b.name, b.kind, b.output) for b in reduce.blocks] == [("reduce", "reduce", True)]
-    chain = Space(_small("elementwise"), limits=LIMITS).nest
+    chain = make_space(_small("elementwise"), limits=LIMITS).nest
     assert [b.kind for b in chain.blocks] == ["map"] * 4 and chain.stages == ("t0", "t1", "t2")
     assert not chain.reduction and [a.kind for a in chain.spatial] == ["S", "S"]
     for name in SMALL:
@@ -99,30 +100,36 @@ def test_knobs_follow_the_nest_and_the_target(cpu):
     names = lambda s: {k.name for k in s.knobs}  # noqa: E731
     softmax = _small("softmax")
     fuse = {"fuse.row_max", "fuse.exp", "fuse.row_sum"}
-    assert names(Space(softmax, limits=LIMITS)) == {"reduce", "threads", "vec", "unroll", *fuse}
-    llvm = Space(softmax, target="llvm", limits=cpu.limits)
+    assert names(make_space(softmax, limits=LIMITS)) == {
+        "reduce",
+        "threads",
+        "vec",
+        "unroll",
+        *fuse,
+    }
+    llvm = make_space(softmax, target="llvm", limits=cpu.limits)
     assert names(llvm) == {"rows_per_task", "vec", "unroll", *fuse}
-    assert names(Space(_small("reduce_sum"), limits=LIMITS)) == {
+    assert names(make_space(_small("reduce_sum"), limits=LIMITS)) == {
         "reduce",
         "threads",
         "vec",
         "unroll",
     }
-    chain = Space(_small("elementwise"), limits=LIMITS)
+    chain = make_space(_small("elementwise"), limits=LIMITS)
     assert names(chain) == {"threads", "per_item", "vec", "fuse.t0", "fuse.t1", "fuse.t2"}
     assert max(chain.knob("threads").choices) == 256  # the device's limit
-    space = Space(softmax, limits=LIMITS)
+    space = make_space(softmax, limits=LIMITS)
     assert space.knob("vec").choices == (1, 2, 4, 8, 16)
     assert (
         49
-        in Space(workload("reduce", rows=8, cols=49, kind="sum"), limits=LIMITS)
+        in make_space(workload("reduce", rows=8, cols=49, kind="sum"), limits=LIMITS)
         .knob("unroll")
         .choices
     )  # a short row can be unrolled whole
 
 
 def test_fusion_decides_the_kernels_and_the_scratch():
-    space = Space(_small("softmax"), limits=LIMITS)
+    space = make_space(_small("softmax"), limits=LIMITS)
     fused = space.default()
     (kernel,) = space.kernels(fused)
     assert kernel.root == "softmax" and kernel.reductions == ("row_max", "row_sum")
@@ -145,21 +152,21 @@ def test_fusion_decides_the_kernels_and_the_scratch():
     with pytest.raises(ScheduleError):
         space.kernels(split)
     assert space.check(split.replace(**{"fuse.row_max": False})) is None
-    layernorm = Space(_small("layernorm"), limits=LIMITS)
+    layernorm = make_space(_small("layernorm"), limits=LIMITS)
     assert "fuse.row_sum" in layernorm.check(layernorm.default().replace(**{"fuse.var_sum": False}))
 
 
 def test_configs_outside_the_limits_are_refused_with_a_reason():
-    space = Space(_small("softmax"), limits=LIMITS)
+    space = make_space(_small("softmax"), limits=LIMITS)
     base = space.default()
     assert "does not divide rows=64" in space.check(base.replace(threads=128))
     group = base.replace(reduce="group", threads=16, vec=16)
     assert "does not divide cols=128" in space.check(group)
     assert "threads > 1" in space.check(base.replace(reduce="group", threads=1))
-    layernorm = Space(_small("layernorm"), limits=LIMITS)  # 96 columns: 6 vectors of 16
+    layernorm = make_space(_small("layernorm"), limits=LIMITS)  # 96 columns: 6 vectors of 16
     assert "unroll=4" in layernorm.check(layernorm.default().replace(vec=16, unroll=4))
     assert "vec=3" in space.check(base.replace(vec=3))
-    small = Space(_small("softmax"), limits=DeviceLimits(max_work_group_size=16))
+    small = make_space(_small("softmax"), limits=DeviceLimits(max_work_group_size=16))
     assert max(small.knob("threads").choices) == 16
     assert "threads=32 is not one" in small.check(small.default().replace(threads=32))
 
@@ -169,7 +176,7 @@ def test_sampled_configs_are_valid_described_and_name_their_scratch(target, cpu)
     limits = cpu.limits if target == "llvm" else LIMITS
     rng = np.random.default_rng(0)
     for name in SMALL:
-        space = Space(_small(name), target=target, limits=limits)
+        space = make_space(_small(name), target=target, limits=limits)
         configs = [space.default(), *space.sample(rng, 60)]
         assert len(configs) > 40
         for c in configs:
@@ -221,7 +228,7 @@ def _config(space, changes: dict):
 @pytest.mark.parametrize("name", list(SMALL))
 def test_kernels_compute_the_reference(device, cpu, workers, name, target):
     wl = _small(name)
-    space = Space(wl, target=target, limits=cpu.limits if target == "llvm" else device.limits)
+    space = make_space(wl, target=target, limits=cpu.limits if target == "llvm" else device.limits)
     if target == "llvm":
         table = CONFIGS_LLVM
     else:

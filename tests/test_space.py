@@ -9,7 +9,8 @@ from autosched.errors import InvalidInputError
 from autosched.ops import workload
 from autosched.space.config import Config
 from autosched.space.loopnest import analyze
-from autosched.space.space import DeviceLimits, Space
+from autosched.space.select import make_space
+from autosched.space.space import DeviceLimits
 
 LIMITS = DeviceLimits(max_work_group_size=256, max_work_item_size=256, local_mem_bytes=32 * 1024)
 
@@ -28,19 +29,19 @@ def test_loop_nest_is_read_from_the_compute():
 
 
 def test_knobs_cover_tiling_parallelism_caching_and_fusion():
-    space = Space(workload("matmul", M=64, N=64, K=64, epilogue="bias"), limits=LIMITS)
+    space = make_space(workload("matmul", M=64, N=64, K=64, epilogue="bias"), limits=LIMITS)
     names = {k.name for k in space.knobs}
     assert names == {"tile.i", "tile.j", "tile.k", "vec", "stage.A", "stage.B", "fuse"}
     assert (1, 8) in space.knob("tile.i").choices  # one work-item per group, 8-row register tile
     assert 16 in space.knob("vec").choices
     # No epilogue, no fusion knob.
     assert "fuse" not in {
-        k.name for k in Space(workload("matmul", M=8, N=8, K=8), limits=LIMITS).knobs
+        k.name for k in make_space(workload("matmul", M=8, N=8, K=8), limits=LIMITS).knobs
     }
 
 
 def test_sampled_configs_respect_device_limits():
-    space = Space(workload("matmul", M=256, N=256, K=256), limits=LIMITS)
+    space = make_space(workload("matmul", M=256, N=256, K=256), limits=LIMITS)
     configs = space.sample(np.random.default_rng(0), 500)
     assert len(configs) == 500
     for c in configs:
@@ -50,7 +51,7 @@ def test_sampled_configs_respect_device_limits():
 
 
 def test_configs_over_the_limits_are_pruned_with_a_reason():
-    space = Space(workload("matmul", M=256, N=256, K=256), limits=LIMITS)
+    space = make_space(workload("matmul", M=256, N=256, K=256), limits=LIMITS)
     base = space.default()
     too_many = base.replace(**{"tile.i": (32, 1), "tile.j": (16, 1)})
     assert "exceeds the device limit 256" in space.check(too_many)
@@ -69,7 +70,7 @@ def test_configs_over_the_limits_are_pruned_with_a_reason():
 
 
 def test_mutation_and_crossover_stay_valid():
-    space = Space(workload("matmul", M=128, N=128, K=128, epilogue="bias_relu"), limits=LIMITS)
+    space = make_space(workload("matmul", M=128, N=128, K=128, epilogue="bias_relu"), limits=LIMITS)
     rng = np.random.default_rng(1)
     a, b = space.sample(rng, 2)
     for _ in range(50):
@@ -81,7 +82,7 @@ def test_mutation_and_crossover_stay_valid():
 
 
 def test_config_is_plain_hashable_json_data():
-    space = Space(workload("matmul", M=64, N=64, K=64), limits=LIMITS)
+    space = make_space(workload("matmul", M=64, N=64, K=64), limits=LIMITS)
     c = space.sample(np.random.default_rng(2), 1)[0]
     text = json.dumps(c.to_json())
     back = Config.from_json(json.loads(text))

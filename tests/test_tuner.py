@@ -18,7 +18,7 @@ from autosched.measure.runner import TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.config import Config
-from autosched.space.space import Space
+from autosched.space.select import make_space
 from tests.conftest import make_data
 
 QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=30, min_time_s=0.02)
@@ -41,7 +41,7 @@ def test_tuned_kernel_is_correct_and_beats_the_default(tmp_path, device, strateg
     with SQLiteDatabase(db) as store:
         best = store.best(wl.key, device_key=device.key(), target="opencl")[0]
         assert len(store.query(workload_key=wl.key, device_key=device.key())) >= 12
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     program = build(space, Config.from_json(best.config))
     with MeasureWorker(device) as w:
         assert w.measure(program, make_data(wl, seed=7), QUICK).status == "ok"

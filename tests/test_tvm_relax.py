@@ -361,7 +361,7 @@ def test_relax_contractions_are_recognised_scheduled_and_correct(tmp_path, name)
     import tvm
 
     from autosched.records.sqlite import SQLiteDatabase
-    from autosched.space.space import Space
+    from autosched.space.select import make_space
     from autosched.tvm.recognize import recognize
     from tests.tuned_records import record_for
 
@@ -371,7 +371,7 @@ def test_relax_contractions_are_recognised_scheduled_and_correct(tmp_path, name)
     assert recognize(func) == wl
 
     dev = select_device(target="llvm")
-    space = Space(wl, target="llvm", limits=dev.limits)
+    space = make_space(wl, target="llvm", limits=dev.limits)
     config = next(c for c in space.sample(np.random.default_rng(7), 8) if c != space.default())
     with SQLiteDatabase(tmp_path / "one.db") as db:
         db.add([record_for(wl, dev, config, target="llvm")])
@@ -430,13 +430,13 @@ def test_knob_names_and_values_are_renamed_by_position():
     xx, rc, ry, rx; pad_temp, w."""
     import tvm
 
-    from autosched.space.space import Space
+    from autosched.space.select import make_space
 
     dev = select_device(target="llvm")
     wl = autosched.workload("conv2d", n=1, c=4, h=8, w=8, k=8, r=3, s=3, pad=1)
     mod = _fuse(_relax_call([("x", (1, 4, 8, 8)), ("w", (8, 4, 3, 3))], _conv(padding=1)))
     (func,) = [f for f in mod.functions.values() if isinstance(f, tvm.tirx.PrimFunc)]
-    space = Space(wl, target="llvm", limits=dev.limits)
+    space = make_space(wl, target="llvm", limits=dev.limits)
     # An unfused padding runs as its own loop: a block writing pad_temp must remain.
     config = space.default().replace(**{"fuse.pad": False, "tile_inner": "k"})
     assert space.check(config) is None
@@ -503,7 +503,7 @@ def test_relax_softmax_and_reductions_are_scheduled_from_records(tmp_path, name)
     import tvm
 
     from autosched.records.sqlite import SQLiteDatabase
-    from autosched.space.space import Space
+    from autosched.space.select import make_space
     from autosched.tvm.recognize import recognize
     from tests.tuned_records import record_for
 
@@ -513,7 +513,7 @@ def test_relax_softmax_and_reductions_are_scheduled_from_records(tmp_path, name)
     assert recognize(func) == wl
 
     dev = select_device(target="llvm")
-    space = Space(wl, target="llvm", limits=dev.limits)
+    space = make_space(wl, target="llvm", limits=dev.limits)
     plain = tvm.compile(fused, target=tvm.target.Target(dev.tvm_target()))
     arrays = [np.random.default_rng(2).uniform(-1, 1, (16, 64)).astype("float32")]
     want, _ = _run(plain, arrays, repeats=0)

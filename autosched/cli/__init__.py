@@ -10,12 +10,10 @@ import json
 import logging
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn
 
+from autosched.cli.shared import add_workload_args, format_config, workload_from_args
 from autosched.errors import AutoschedError, InvalidInputError
-
-if TYPE_CHECKING:
-    from autosched.ops import Workload
 
 log = logging.getLogger("autosched.cli")
 
@@ -23,28 +21,6 @@ log = logging.getLogger("autosched.cli")
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, status 2
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _workload(args: argparse.Namespace) -> Workload:
-    """The workload of ``--op``, ``--shape`` and ``--epilogue`` (matmul and dense)."""
-    from autosched.ops import OPS, workload
-    from autosched.ops.shape import parse_shape
-
-    params = parse_shape(args.op, args.shape)
-    epilogue = getattr(args, "epilogue", None)
-    if epilogue is not None and "epilogue" in OPS[args.op].shape_params:
-        if params.setdefault("epilogue", epilogue) != epilogue:
-            raise InvalidInputError(
-                f"--epilogue {epilogue} contradicts epilogue={params['epilogue']} in --shape; "
-                "accepted: one of them, or both the same"
-            )
-    elif epilogue not in (None, "none"):
-        takers = [op for op, cls in OPS.items() if "epilogue" in cls.shape_params]
-        raise InvalidInputError(
-            f"--epilogue {epilogue} does not apply to {args.op}; accepted: --epilogue for "
-            f"{', '.join(takers)} only"
-        )
-    return workload(args.op, **params)
 
 
 def _positive(text: str) -> int:
@@ -117,18 +93,11 @@ class _Progress:
             self.stream.write("\n")
 
 
-def _fmt_config(config: dict) -> str:
-    return "  ".join(
-        f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
-        for k, v in sorted(config.items())
-    )
-
-
 def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.records.opener import describe
     from autosched.tuner import tune
 
-    wl = _workload(args)
+    wl = workload_from_args(args)
     db = args.db
     if db is None:
         from autosched.records.sqlite import default_db_path
@@ -168,7 +137,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(
         f"best       {b.gflops:.1f} GFLOP/s   {b.latency_s * 1e3:.3f} ms   spread {100 * (b.spread or 0):.1f}%"
     )
-    print(f"config     {_fmt_config(b.config)}")
+    print(f"config     {format_config(b.config)}")
     if result.default is not None:
         print(
             f"default    {result.default.gflops:.1f} GFLOP/s   {result.default.latency_s * 1e3:.3f} ms"
@@ -185,7 +154,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     from autosched.records.opener import describe
     from autosched.records.sqlite import default_db_path
 
-    wl = _workload(args)
+    wl = workload_from_args(args)
     dev = select_device(args.device, target=args.target)
     path = args.db or default_db_path()
     with open_database(path, create=False) as db:
@@ -202,7 +171,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     print(
         f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   spread {100 * (r.spread or 0):.1f}%   record {r.id}"
     )
-    print(f"  {_fmt_config(r.config)}")
+    print(f"  {format_config(r.config)}")
     _write_json(
         args.json,
         {
@@ -263,26 +232,6 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 
 # -- parser ----------------------------------------------------------------------------
-
-
-def add_workload_args(p: argparse.ArgumentParser) -> None:
-    """``--op``, ``--shape`` and ``--epilogue``, as every workload command takes them."""
-    from autosched.ops import OPS
-
-    p.add_argument("--op", required=True, help=f"operator: {', '.join(OPS)} (see `autosched ops`)")
-    p.add_argument(
-        "--shape",
-        required=True,
-        help="the op's parameters as name=value, e.g. n=1,c=64,h=56,w=56,k=64,r=3,s=3,pad=1; "
-        "bare values in order for matmul (M,N,K), batch_matmul (b,m,n,k), softmax and "
-        "layernorm (rows,cols); `autosched ops` lists them",
-    )
-    p.add_argument(
-        "--epilogue",
-        default=None,
-        help="matmul: none, bias, bias_relu; dense: also bias_gelu (default none; dense "
-        "also takes epilogue= in --shape)",
-    )
 
 
 def build_parser() -> argparse.ArgumentParser:

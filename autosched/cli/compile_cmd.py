@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from autosched.cli.shared import add_workload_args, format_config, workload_from_args
 from autosched.errors import InvalidInputError
 from autosched.records.sqlite import default_db_path
 from autosched.space.space import TARGETS
@@ -21,8 +22,6 @@ from autosched.space.space import TARGETS
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``compile`` command to the main CLI's sub-parsers."""
-    from autosched.cli import add_workload_args
-
     p = subparsers.add_parser(
         "compile",
         help="write a workload's best kernel (OpenCL source + manifest) into a directory",
@@ -58,7 +57,6 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
 
 def run(args: argparse.Namespace) -> int:
     """Carry out ``autosched compile``; return the exit status."""
-    from autosched.cli import _fmt_config, _workload
     from autosched.compiler import compile
 
     if args.target not in TARGETS:
@@ -68,7 +66,7 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.output)
     if out.exists() and not out.is_dir():
         raise InvalidInputError(f"-o {out} is a file; accepted: a directory (created if missing)")
-    wl = _workload(args)
+    wl = workload_from_args(args)
     kernel = compile(wl, target=args.target, device=args.device, db=args.db, shipped=args.shipped)
     written = kernel.save(out)
     manifest = kernel.manifest()
@@ -84,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
             f"provenance  {kernel.provenance}: record {rec.id} from {kernel.database}{measured}, "
             f"{rec.gflops or 0.0:.1f} GFLOP/s, {(rec.latency_s or 0.0) * 1e3:.3f} ms"
         )
-    print(f"config      {_fmt_config(kernel.config.to_json())}")
+    print(f"config      {format_config(kernel.config.to_json())}")
     print(f"kernels     {', '.join(k['name'] for k in manifest['kernels'])}")
     print(f"wrote       {', '.join(str(p) for p in written)}")
     return 0

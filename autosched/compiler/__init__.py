@@ -35,7 +35,8 @@ from autosched.errors import InvalidInputError
 from autosched.measure.device import Device, select_device
 from autosched.ops.base import Workload
 from autosched.records.base import Database
-from autosched.space.space import TARGETS, Space
+from autosched.space.select import make_space
+from autosched.space.space import TARGETS
 
 if TYPE_CHECKING:
     from autosched.measure.cpu import HostCPU
@@ -79,7 +80,7 @@ def compile(
 
     from autosched.measure.build import build
 
-    program = build(Space(workload, target=target, limits=dev.limits), found.config)
+    program = build(make_space(workload, target=target, limits=dev.limits), found.config)
     log.info("built %s with config %s (%s)", workload, found.config.key, found.provenance)
     return CompiledKernel(
         workload=workload,
@@ -110,7 +111,7 @@ def find_config(
     dev = select_device(device, target=target)
     sources, owned = _open_sources(db, shipped=shipped)
     try:
-        space = Space(workload, target=target, limits=dev.limits)
+        space = make_space(workload, target=target, limits=dev.limits)
         return lookup_config(space, device=dev, sources=sources)
     finally:
         for opened in owned:

@@ -100,9 +100,7 @@ class Source:
 
 def shipped_records_dir() -> Path:
     """``records/`` at the repository root, next to the ``autosched`` package."""
-    import autosched
-
-    return Path(autosched.__file__).resolve().parent.parent / "records"
+    return Path(__file__).resolve().parents[2] / "records"
 
 
 _local = threading.local()

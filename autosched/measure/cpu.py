@@ -16,6 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from autosched._version import __version__, tvm_version
 from autosched.errors import InvalidInputError
 from autosched.records.record import canonical_json
 from autosched.space.space import DeviceLimits
@@ -92,9 +93,6 @@ class HostCPU:
 
     def fingerprint(self, target: str = "llvm") -> dict:
         """Everything that can change a measurement: CPU, cores, compilers."""
-        from autosched import __version__
-        from autosched.measure.device import _tvm_version
-
         _check_target(target)
         return {
             "target": target,
@@ -107,7 +105,7 @@ class HostCPU:
             "isa": list(self.isa),
             "cache_bytes": {f"L{level}": size for level, size in self.cache_bytes},
             "llvm_version": self.llvm_version,
-            "tvm_version": _tvm_version(),
+            "tvm_version": tvm_version(),
             "autosched_version": __version__,
         }
 

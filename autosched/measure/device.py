@@ -11,14 +11,12 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
-from typing import TYPE_CHECKING
 
+from autosched._version import __version__, tvm_version
 from autosched.errors import DeviceError, InvalidInputError
+from autosched.measure.cpu import HostCPU, select_host
 from autosched.records.record import canonical_json
 from autosched.space.space import TARGETS, DeviceLimits
-
-if TYPE_CHECKING:
-    from autosched.measure.cpu import HostCPU
 
 
 @dataclass(frozen=True)
@@ -56,8 +54,6 @@ class Device:
 
     def fingerprint(self, target: str = "opencl") -> dict:
         """Everything that can change a measurement: hardware, driver, compilers."""
-        from autosched import __version__
-
         fp = asdict(self)
         # Positions depend on what else is installed; PoCL derives global memory from
         # the host's free RAM. Neither changes how a kernel runs.
@@ -66,7 +62,7 @@ class Device:
         fp["max_work_item_sizes"] = list(self.max_work_item_sizes)
         fp["target"] = target
         fp["autosched_version"] = __version__
-        fp["tvm_version"] = _tvm_version()
+        fp["tvm_version"] = tvm_version()
         m = re.search(r"PoCL (\S+)", self.platform_version)
         fp["pocl_version"] = m.group(1) if m else ""
         return fp
@@ -79,15 +75,6 @@ class Device:
         """Same hardware whatever the driver and library versions."""
         text = canonical_json([target, self.platform, self.name, self.compute_units])
         return hashlib.sha1(text.encode()).hexdigest()[:16]
-
-
-def _tvm_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("apache-tvm")
-    except PackageNotFoundError:
-        return "unknown"
 
 
 _TYPES = {2: "cpu", 4: "gpu", 8: "accelerator"}
@@ -147,8 +134,6 @@ def select_device(
         InvalidInputError: no such device, or a device that does not serve ``target``.
         DeviceError: no OpenCL platform (``"opencl"`` only).
     """
-    from autosched.measure.cpu import HostCPU, select_host
-
     if target not in TARGETS:
         raise InvalidInputError(
             f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}"

@@ -2,8 +2,8 @@
 
 A space is a set of knobs, each with a finite tuple of choices, and a validity check
 that couples them (device limits, divisibility). Which knobs exist is decided by the
-structure of the workload's loop nest, never by the operator's name; ``Space(...)``
-picks the family that fits it:
+structure of the workload's loop nest, never by the operator's name; each structure
+has its family, a subclass of :class:`Space`:
 
 * :class:`~autosched.space.contraction.ContractionSpace`: one reduction whose inputs
   are reused across outputs (matmul, batch matmul, dense, convolutions): multi-level
@@ -13,7 +13,8 @@ picks the family that fits it:
   (softmax, layernorm, reductions, elementwise chains): row/column parallelism, how
   each reduction is parallelised, and which stages share a kernel.
 
-Sampling, mutation and crossover work on any family through the knobs and ``check``.
+:func:`autosched.space.select.make_space` picks the family that fits a workload. Sampling,
+mutation and crossover work on any family through the knobs and ``check``.
 """
 
 from __future__ import annotations
@@ -56,10 +57,10 @@ def divisors(n: int) -> list[int]:
 
 
 class Space:
-    """All schedules of one workload for one target and device.
+    """All schedules of one workload for one target and device: the base of the families.
 
-    ``Space(workload, target=..., limits=...)`` returns the family of space that fits
-    the workload's loop nest (see the module docstring).
+    :func:`autosched.space.select.make_space` builds the family that fits a workload's
+    loop nest (see the module docstring).
 
     Args:
         workload: the operator instance.
@@ -69,11 +70,6 @@ class Space:
 
     nest: Any
     family: str = ""
-
-    def __new__(cls, *args: Any, **kwargs: Any):
-        if cls is Space and (args or "workload" in kwargs):
-            cls = _family(args[0] if args else kwargs["workload"])
-        return super().__new__(cls)
 
     def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:
         if target not in TARGETS:
@@ -183,15 +179,3 @@ class Space:
             if self.is_valid(c):
                 return c
         return None
-
-
-def _family(workload: Workload) -> type[Space]:
-    from autosched.space.loopnest import classify
-
-    if classify(workload) == "contraction":
-        from autosched.space.contraction import ContractionSpace
-
-        return ContractionSpace
-    from autosched.space.rowwise import RowSpace
-
-    return RowSpace

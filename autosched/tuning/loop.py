@@ -25,6 +25,7 @@ from autosched.records.base import Database
 from autosched.records.record import OK, RUN_ERROR, Record
 from autosched.search import SearchStrategy, make_strategy
 from autosched.space.config import Config
+from autosched.space.select import make_space
 from autosched.space.space import Space
 from autosched.tuning.job import Job, Task
 from autosched.tuning.runner import BatchRequest, LostBatch, Runner, Slot
@@ -244,12 +245,12 @@ def _left(pair: Pair) -> int:
 
 def _open_pair(job: Job, task: Task, slot: Slot, db: Database) -> Pair:
     wl = task.workload
-    space = Space(wl, target=task.target, limits=slot.limits)
+    space = make_space(wl, target=task.target, limits=slot.limits)
 
     def space_for(wl_json: dict) -> Space:
         if wl_json == wl.to_json():
             return space
-        return Space(workload_from_json(wl_json), target=task.target, limits=slot.limits)
+        return make_space(workload_from_json(wl_json), target=task.target, limits=slot.limits)
 
     # A pair's randomness depends on the job's seed and on what it tunes, never on
     # the order in which device kinds showed up.

@@ -27,6 +27,7 @@ from autosched.ops.base import TensorSpec
 from autosched.records.base import Database
 from autosched.space.config import Config
 from autosched.space.schedule import apply
+from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, Space
 from autosched.tvm.recognize import normalized, recognize, row_nest
 
@@ -49,7 +50,7 @@ def apply_to_prim_func(
         ScheduleError: ``func``'s loop nest does not have the workload's structure, or
             TVM rejects the schedule.
     """
-    space = Space(workload, target=target, limits=limits)
+    space = make_space(workload, target=target, limits=limits)
     if space.family == "rowwise":
         return _apply_rowwise(func, space, config)
     sch, theirs = normalized(func)
