@@ -188,7 +188,7 @@ def test_user_database_wins_at_the_same_step_and_steps_win_over_databases(
     from tests.tuned_records import record_for
 
     wl = autosched.workload("matmul", M=512, N=512, K=512)
-    space = Space(wl, limits=device.limits)
+    space = make_space(wl, limits=device.limits)
     other_config = next(
         c for c in space.sample(np.random.default_rng(0), 8) if c != space.default()
     )
