@@ -85,7 +85,11 @@ def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_pat
     job.write_text(JOB.format(trials=8))
     db = tmp_path / "records.db"
     out = tmp_path / "result.json"
-    first = _cli("job", "run", str(job), "--db", str(db), "--json", str(out))
+    report = tmp_path / "morning" / "night.html"
+    report.parent.mkdir()
+    first = _cli(
+        "job", "run", str(job), "--db", str(db), "--json", str(out), "--report", str(report)
+    )
     assert first.returncode == 0, first.stderr[-3000:]
     result = json.loads(out.read_text())
     assert {(t["task"], t["target"]) for t in result["tasks"]} == {
@@ -98,6 +102,13 @@ def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_pat
         # The winner was re-measured side by side with the default schedule.
         assert task["best_gflops"] > 0 and task["speedup"] > 1.0, task
     assert "24 trials measured" in first.stdout
+    # The morning report: the job's table (best, default, numpy, ratios, workers), then
+    # a section per task and device kind.
+    page = report.read_text()
+    assert "<h1>autosched job smoke</h1>" in page and "The job" in page
+    assert page.count("8/8 (8 tonight)") == 3, page[:3000]
+    assert "best / numpy" in page and "ended by every task reaching its trials" in page
+    assert 'id="s3"' in page and 'id="s4"' not in page  # three sections
     _check_topped_up(db, trials=8, pairs=3)
     # Nothing but autosched's own lines reaches the terminal.
     noise = [

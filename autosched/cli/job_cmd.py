@@ -9,10 +9,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from autosched.errors import InvalidInputError
 
@@ -38,6 +38,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     when.add_argument("--hours", type=float, help="stop proposing after this many hours")
     when.add_argument("--until", metavar="HH:MM", help="stop proposing at this local time")
     run.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    run.add_argument(
+        "--report", metavar="F.html", help="write the morning report (one HTML page) here"
+    )
     _tls_args(run)
     run.set_defaults(func=cmd_job_run)
     status = sub.add_parser("status", help="done/left per task and device kind, from the records")
@@ -180,12 +183,18 @@ def cmd_job_run(args: argparse.Namespace) -> int:
     deadline = deadline_of(args)
     db = _open_db(args.db)
     try:
+        if args.report:  # refuse an unwritable report path before the night, not after
+            _check_writable(args.report)
         result = _run(
             job, args.scheduler, db, deadline, _security(args) if args.scheduler else None
         )
+        if args.report:
+            from autosched.report.job import write_job_report
+
+            write_job_report(db, result, args.report)
     finally:
         db.close()
-    rows = _result_rows(result)
+    rows = result.rows()
     print()
     for row in rows:
         speed = f"{row['speedup']:.1f}x the default" if row["speedup"] else "no side-by-side figure"
@@ -214,6 +223,16 @@ def cmd_job_run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InvalidInputError(f"cannot write --json {args.json}: {exc.strerror}") from None
     return 1 if result.unserved else 0
+
+
+def _check_writable(path: str) -> None:
+    target = Path(path).expanduser()
+    folder = target.parent if str(target.parent) else Path(".")
+    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InvalidInputError(
+            f"cannot write --report {path}: its folder does not exist or is not writable; "
+            "accepted: a file path in a writable folder"
+        )
 
 
 def _need_dask() -> None:
@@ -263,33 +282,6 @@ def _with_progress(job, runner, db, deadline: float | None):
         return run_job(job, runner, db, deadline=deadline, progress=progress)
     finally:
         progress.close()
-
-
-def _result_rows(result) -> list[dict[str, Any]]:
-    rows = []
-    for pair in result.pairs:
-        best = pair.best
-        default = pair.default_record
-        speedup = None
-        if best and default and best.latency_s and default.latency_s:
-            speedup = default.latency_s / best.latency_s
-        rows.append(
-            {
-                "task": pair.task.name,
-                "workload": pair.task.workload.key,
-                "target": pair.task.target,
-                "device": pair.slot.name,
-                "device_key": pair.slot.device_key,
-                "trials": len(pair.measured),
-                "wanted": pair.task.trials,
-                "new_trials": pair.new,
-                "best_gflops": (best.gflops if best else pair.best_gflops),
-                "default_gflops": default.gflops if default else None,
-                "speedup": speedup,
-                "config": best.config if best else None,
-            }
-        )
-    return rows
 
 
 def cmd_job_status(args: argparse.Namespace) -> int:

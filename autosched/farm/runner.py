@@ -36,6 +36,8 @@ class DaskRunner:
         self.client = client
         self.address = address
         self.security = security
+        self.workers_seen: set[str] = set()  # names of the workers that owned a device
+        self.workers_now: set[str] = set()
 
     def _connected(self) -> bool:
         if self.client.status in ("running", "connecting"):
@@ -59,6 +61,14 @@ class DaskRunner:
         except Exception as exc:  # the scheduler is away: no device for now
             log.warning("cannot list the farm's workers: %s", exc)
             return []
+        try:
+            names = {
+                a: str(w.get("name", a)) for a, w in self.client.scheduler_info()["workers"].items()
+            }
+        except Exception:  # noqa: BLE001 - the names are for the report only
+            names = {}
+        self.workers_now = {names.get(a, a) for a, slots in by_worker.items() if slots}
+        self.workers_seen |= self.workers_now
         kinds: dict[str, Slot] = {}
         counts: dict[str, int] = {}
         for slots in by_worker.values():
@@ -66,9 +76,6 @@ class DaskRunner:
                 kinds.setdefault(slot.device_key, slot)
                 counts[slot.device_key] = counts.get(slot.device_key, 0) + 1
         return [_with_count(s, counts[k]) for k, s in kinds.items()]
-
-    def workers(self) -> int:
-        return len(self.client.scheduler_info(n_workers=-1).get("workers", {}))
 
     def submit(self, slot: Slot, request: BatchRequest) -> Any:
         return self.client.submit(

@@ -27,7 +27,7 @@ import logging
 import math
 import os
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +116,12 @@ def collect(
     measure_vendor: bool = False,
     model_kind: str = DEFAULT_KIND,
     seed: int = 0,
+    workload_keys: Collection[str] | None = None,
 ) -> list[Section]:
-    """The report's sections, one per (workload, target, device key); see :func:`build_report`."""
+    """The report's sections, one per (workload, target, device key); see :func:`build_report`.
+
+    ``workload_keys`` keeps only those workloads (a job's tasks).
+    """
     if model_kind not in KINDS:
         raise InvalidInputError(
             f"cost model kind {model_kind!r} is not known; accepted: {', '.join(KINDS)}"
@@ -131,6 +135,8 @@ def collect(
     database, label, owned = _open(db)
     try:
         records = database.query(op=op, device_key=device_key, target=target)
+        if workload_keys is not None:
+            records = [r for r in records if r.workload_key in workload_keys]
         if not records:
             everything = database.query()
             if not everything:

@@ -79,9 +79,17 @@ footer { margin-top: 32px; font-size: 12.5px; color: var(--muted); }
 
 
 def render(
-    sections: Sequence[Section], *, source: str, filters: Mapping[str, str] | None = None
+    sections: Sequence[Section],
+    *,
+    source: str,
+    filters: Mapping[str, str] | None = None,
+    heading: str = "autosched tuning report",
+    intro: str = "",
 ) -> str:
-    """The whole page: a title, a table of contents, then one block per section."""
+    """The whole page: a title, a table of contents, then one block per section.
+
+    ``intro`` (HTML) goes between the header and the sections: a job's summary.
+    """
     filters = filters or {}
     shown = ", ".join(f"{k} {esc(v)}" for k, v in filters.items()) or "none"
     toc = "".join(
@@ -103,11 +111,12 @@ def render(
 <body>
 <main>
 <header>
-<h1>autosched tuning report</h1>
+<h1>{esc(heading)}</h1>
 <p class="muted">Records from <code>{esc(source)}</code>; filters: {shown}; made {esc(fmt_time(time.time()))}.
 {len(sections)} section{"s" if len(sections) != 1 else ""}, one per workload and device.</p>
 <nav><ol>{toc}</ol></nav>
 </header>
+{intro}
 {body}
 <footer>
 <p>GFLOP/s = useful floating point work / median latency of the timed repeats; a record

@@ -84,6 +84,36 @@ class JobResult:
     failed_batches: int = 0
     # Targets or device kinds with trials left that no worker served within the wait.
     unserved: list[str] = field(default_factory=list)
+    lost_batches: int = 0  # proposed again after the runner lost them (a scheduler restart)
+    workers_seen: list[str] = field(default_factory=list)
+    workers_lost: list[str] = field(default_factory=list)  # seen, gone at the end
+    started: float = 0.0
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Per task and device kind: trials, the best against the default (side by side)."""
+        rows = []
+        for pair in self.pairs:
+            best, default = pair.best, pair.default_record
+            speedup = None
+            if best and default and best.latency_s and default.latency_s:
+                speedup = default.latency_s / best.latency_s
+            rows.append(
+                {
+                    "task": pair.task.name,
+                    "workload": pair.task.workload.key,
+                    "target": pair.task.target,
+                    "device": pair.slot.name,
+                    "device_key": pair.slot.device_key,
+                    "trials": len(pair.measured),
+                    "wanted": pair.task.trials,
+                    "new_trials": pair.new,
+                    "best_gflops": best.gflops if best else pair.best_gflops,
+                    "default_gflops": default.gflops if default else None,
+                    "speedup": speedup,
+                    "config": best.config if best else None,
+                }
+            )
+        return rows
 
     @property
     def new_trials(self) -> int:
@@ -123,7 +153,7 @@ def run_job(
     slots: dict[str, Slot] = {}
     in_flight: dict[Any, tuple[Pair, list[Config]]] = {}
     busy: dict[str, int] = {}
-    failed = 0
+    failed = lost = 0
     refreshed = 0.0
     waiting_since = 0.0
     unserved: list[str] = []
@@ -206,6 +236,7 @@ def run_job(
             pair, configs = in_flight.pop(handle)
             busy[pair.slot.device_key] -= 1
             if isinstance(result, LostBatch):
+                lost += 1
                 log.warning("%s: %s; it is proposed again", pair.name, result)
                 pair.in_flight.difference_update(c.key for c in configs)
                 pair.progress.in_flight -= len(configs)
@@ -226,7 +257,20 @@ def run_job(
     reached = stopping()
     if finalists and not reached:
         _final(pairs, runner, db, job, finalists)
-    return JobResult(job, pairs, time.time() - start, reached, failed, unserved)
+    seen = sorted(getattr(runner, "workers_seen", ()))
+    now = set(getattr(runner, "workers_now", ()))
+    return JobResult(
+        job,
+        pairs,
+        time.time() - start,
+        reached,
+        failed,
+        unserved,
+        lost_batches=lost,
+        workers_seen=seen,
+        workers_lost=[w for w in seen if w not in now],
+        started=start,
+    )
 
 
 def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str]:
