@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from autosched.records import open_database
 from autosched.records.sqlite import SQLiteDatabase
 
 JOB = """\
@@ -48,16 +49,12 @@ def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def _check_topped_up(
-    db_path: Path, trials: int, pairs: int, *, runs: int = 1, finalists: int = 3
+    db_path: Path | str, trials: int, pairs: int, *, runs: int = 1, finalists: int = 3
 ) -> None:
     """Every (workload, device) pair has exactly ``trials`` distinct candidates, and a
     candidate has more than one record only as a finalist re-measured at the end of
     one of ``runs`` job runs (each re-measures its best few and the default)."""
-    db = SQLiteDatabase(db_path)
-    try:
-        records = db.query()
-    finally:
-        db.close()
+    records = _records(db_path)
     by_pair: dict[tuple, collections.Counter] = collections.defaultdict(collections.Counter)
     for r in records:
         by_pair[(r.workload_key, r.device_key, r.target)][r.config_key] += 1
@@ -213,10 +210,10 @@ def farm(tmp_path):
     assert not left, f"process groups left behind: {left}"
 
 
-def _records(db_path: Path) -> list:
-    if not db_path.exists():
+def _records(db_path: Path | str) -> list:
+    if isinstance(db_path, Path) and not db_path.exists():
         return []
-    db = SQLiteDatabase(db_path)
+    db = open_database(db_path)
     try:
         return db.query()
     finally:
@@ -496,3 +493,23 @@ def test_batches_reach_only_workers_of_their_device_kind(tmp_path, farm):
     _check_topped_up(db, trials=4, pairs=3)
     # Two CPU cores cannot run 64^3 at a teraflop: every timing is physical.
     assert all(r.gflops < 1000 for r in records if r.ok), max(r.gflops for r in records if r.ok)
+
+
+def test_a_job_rides_out_a_postgresql_restart(tmp_path, pg_server, pg_url):
+    """The records server crashes and comes back mid-job: the batch being written is
+    retried until it commits once, and the job tops every task up."""
+    job = tmp_path / "night.toml"
+    job.write_text(JOB.format(trials=16))
+    run = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "job", "run", str(job), "--db", pg_url],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    deadline = time.time() + 240
+    while time.time() < deadline and run.poll() is None and len(_records(pg_url)) < 8:
+        time.sleep(0.2)
+    assert run.poll() is None, run.communicate()[1][-3000:]
+    pg_server.restart(pause_s=3.0)
+    stdout, stderr = run.communicate(timeout=400)
+    assert run.returncode == 0, stderr[-3000:]
+    assert "48 trials measured" in stdout
+    _check_topped_up(pg_url, trials=16, pairs=3)
