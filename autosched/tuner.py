@@ -26,6 +26,7 @@ from autosched.errors import InvalidInputError
 from autosched.measure.build import BuildResult
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device, select_device
+from autosched.measure.lifeline import exit_with_parent
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import Workload, workload_from_json
@@ -134,9 +135,11 @@ def _build_task(
     return BuildResult(program, OK, "", time.perf_counter() - start)
 
 
-def _ignore_sigint() -> None:
-    """Ctrl-C is the tuning process's to handle: it shuts the build pool down itself."""
+def _build_worker_init() -> None:
+    """Ctrl-C is the tuning process's to handle: it shuts the build pool down itself; and
+    a build worker whose tuning process was killed exits instead of waiting forever."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent()
 
 
 class _Builders:
@@ -149,7 +152,7 @@ class _Builders:
     def submit(self, *args) -> cf.Future:
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(
-                self.workers, mp_context=mp.get_context("spawn"), initializer=_ignore_sigint
+                self.workers, mp_context=mp.get_context("spawn"), initializer=_build_worker_init
             )
         return self._pool.submit(_build_task, *args)
 

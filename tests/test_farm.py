@@ -316,6 +316,25 @@ def test_a_tls_farm_runs_with_certificates_and_refuses_a_client_without(tmp_path
         _stop(procs)
 
 
+def _marked(mark: str) -> list[str]:
+    """Processes whose environment carries ``mark``, except this one and its own
+    children (multiprocessing's resource tracker lives as long as this process)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if f"AUTOSCHED_TEST_MARK={mark}".encode() not in (entry / "environ").read_bytes():
+                continue
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) != os.getpid():
+            found.append(f"{entry.name}: {cmd}")
+    return found
+
+
 def _die(request):
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -356,6 +375,8 @@ def test_a_poison_batch_ends_as_error_records_and_the_job_goes_on(tmp_path):
         }
     )
     db = SQLiteDatabase(tmp_path / "records.db")
+    mark = f"poison-{os.getpid()}-{time.time()}"  # every process started below inherits it
+    os.environ["AUTOSCHED_TEST_MARK"] = mark
     with dask.config.set({"distributed.scheduler.allowed-failures": 1}):
         with local_cluster(["opencl", "llvm"]) as cluster, Client(cluster) as client:
             runner = PoisonSecondBatch(client)
@@ -363,6 +384,12 @@ def test_a_poison_batch_ends_as_error_records_and_the_job_goes_on(tmp_path):
             result = run_job(job, runner, db, finalists=0)
     records = db.query()
     db.close()
+    del os.environ["AUTOSCHED_TEST_MARK"]
+    # The SIGKILLed workers' build and measurement children died with them.
+    deadline = time.time() + 30
+    while (left := _marked(mark)) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not left, f"processes left behind: {left}"
     assert result.failed_batches == 1
     poison = {_config_key(c) for c in PoisonSecondBatch.poisoned[1].configs}
     failed = [r for r in records if r.status == "run_error"]

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
+from autosched.measure.lifeline import exit_with_parent
 from autosched.measure.program import Program
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.records.record import RUN_ERROR, TIMEOUT
@@ -33,6 +34,7 @@ def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> 
     """``device_spec``: ``("opencl", platform_index, device_index)`` or ``("llvm",)``."""
     os.environ.update(env)  # before pyopencl loads the ICD, before TVM starts its threads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    exit_with_parent()  # a hung kernel must not outlive a killed tuner
     runners: dict[str, object] = {}
 
     def runner_for(kind: str):
