@@ -27,6 +27,7 @@ from autosched.measure.build import BuildResult
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device, select_device
 from autosched.measure.lifeline import exit_with_parent
+from autosched.measure.memory import check_fits
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import Workload, workload_from_json
@@ -135,11 +136,18 @@ def _build_task(
     return BuildResult(program, OK, "", time.perf_counter() - start)
 
 
-def _build_worker_init() -> None:
-    """Ctrl-C is the tuning process's to handle: it shuts the build pool down itself; and
-    a build worker whose tuning process was killed exits instead of waiting forever."""
+def _build_worker_init(show_output: bool) -> None:
+    """Ctrl-C is the tuning process's to handle: it shuts the build pool down itself; a
+    build worker whose tuning process was killed exits instead of waiting forever; and
+    what compilers print goes to the terminal only in verbose mode (TVM reports its
+    errors as exceptions, which become the records' messages)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent()
+    if not show_output:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.dup2(devnull, 2)
+        os.close(devnull)
 
 
 class _Builders:
@@ -152,7 +160,10 @@ class _Builders:
     def submit(self, *args) -> cf.Future:
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(
-                self.workers, mp_context=mp.get_context("spawn"), initializer=_build_worker_init
+                self.workers,
+                mp_context=mp.get_context("spawn"),
+                initializer=_build_worker_init,
+                initargs=(log.isEnabledFor(logging.INFO),),
             )
         return self._pool.submit(_build_task, *args)
 
@@ -374,6 +385,7 @@ def tune(
         raise InvalidInputError(f"timeout_s={timeout_s!r} is not valid; accepted: a number > 0")
     start = time.perf_counter()
     dev = select_device(device, target=target)
+    check_fits(workload, dev)  # before any test data is built
     database, owned = _open_db(db)
     tuner = Tuner(
         workload,

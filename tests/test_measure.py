@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 
 import pytest
 
@@ -151,3 +152,20 @@ def test_work_folders_of_killed_tuners_are_swept(device, tmp_path):
             assert mine.exists()
     finally:
         mine.rmdir()
+
+
+def test_driver_and_compiler_output_goes_to_the_log_not_the_terminal(device, caplog, capfd):
+    """PoCL's clang prints "N warnings generated." straight to fd 2 of the process that
+    builds. The measurement child catches it and hands it to the parent's log (shown
+    with ``-v``); nothing reaches the terminal."""
+    wl = workload("matmul", M=32, N=32, K=32)
+    space = make_space(wl, limits=device.limits)
+    good = build(space, space.default())
+    noisy = dataclasses.replace(good, source="#warning autosched-test-warning\n" + good.source)
+    with caplog.at_level(logging.INFO, logger="autosched.measure.worker"):
+        with MeasureWorker(device, timeout_s=30) as w:
+            assert w.measure(noisy, make_data(wl), FAST).status == "ok"
+    out, err = capfd.readouterr()
+    assert "warning" not in out + err, out + err
+    logged = "\n".join(r.getMessage() for r in caplog.records)
+    assert "warning generated" in logged or "warnings generated" in logged, logged

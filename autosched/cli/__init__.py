@@ -8,7 +8,9 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -67,63 +69,90 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 class _Progress:
-    """Best-so-far progress: a redrawn bar on a terminal, one line per trial otherwise."""
+    """Trials done, best so far and time left: a live line on a terminal (rich), one plain
+    line per trial otherwise (logs, CI)."""
 
     def __init__(self, stream=sys.stderr) -> None:
         self.stream = stream
-        self.tty = stream.isatty()
+        self.bar = None
+        self.start = time.perf_counter()
+        if stream.isatty():
+            from rich.console import Console
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeRemainingColumn,
+            )
+
+            self.bar = Progress(
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("best {task.fields[best]}"),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=Console(file=stream),
+                transient=True,
+            )
+            self.task = None
 
     def __call__(self, ev) -> None:
-        width = 30
         done = min(ev.trial, ev.total)
-        filled = int(width * done / max(ev.total, 1))
-        best = f"{ev.best_gflops:8.1f} GFLOP/s" if ev.best_gflops else "       - GFLOP/s"
-        this = f"{ev.record.gflops:.1f}" if ev.record.ok else ev.record.status
-        line = f"[{'#' * filled}{'.' * (width - filled)}] {done:4d}/{ev.total}  best {best}  (last: {this})"
-        if self.tty:
-            self.stream.write("\r" + line)
-            if done >= ev.total:
-                self.stream.write("\n")
-        else:
-            self.stream.write(line + "\n")
+        best = f"{ev.best_gflops:.1f} GFLOP/s" if ev.best_gflops else "-"
+        if self.bar is not None:
+            if self.task is None:
+                self.bar.start()
+                self.task = self.bar.add_task("tune", total=ev.total, completed=done - 1, best=best)
+            self.bar.update(self.task, completed=done, best=best)
+            return
+        rate = (time.perf_counter() - self.start) / max(done, 1)
+        left = f"{rate * (ev.total - done):.0f} s left" if done < ev.total else "done"
+        self.stream.write(f"{done:4d}/{ev.total}  best {best}  {left}\n")
         self.stream.flush()
 
     def close(self) -> None:
-        if self.tty:
-            self.stream.write("\n")
+        if self.bar is not None:
+            self.bar.stop()
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
+    from autosched.measure.device import select_device
+    from autosched.measure.memory import check_fits
+    from autosched.records import open_database
     from autosched.records.opener import describe
+    from autosched.records.sqlite import default_db_path
     from autosched.tuner import tune
 
+    # Everything that can be wrong is checked before the first line is printed.
     wl = workload_from_args(args)
-    db = args.db
-    if db is None:
-        from autosched.records.sqlite import default_db_path
-
-        db = default_db_path()
+    dev = select_device(args.device, target=args.target)
+    check_fits(wl, dev)
+    db = args.db or default_db_path()
+    database = open_database(db)
+    if args.json:
+        _check_writable(args.json)
+    print(f"tuning {wl} on {dev.name} ({args.target})", file=sys.stderr)
     progress = _Progress()
-    print(
-        f"tuning {wl} on the default device"
-        if args.device is None
-        else f"tuning {wl} on device {args.device!r}",
-        file=sys.stderr,
-    )
-    result = tune(
-        wl,
-        trials=args.trials,
-        batch=args.batch,
-        strategy=args.strategy,
-        db=db,
-        device=args.device,
-        target=args.target,
-        seed=args.seed,
-        timeout_s=args.timeout,
-        progress=progress,
-    )
+    try:
+        result = tune(
+            wl,
+            trials=args.trials,
+            batch=args.batch,
+            strategy=args.strategy,
+            db=database,
+            device=dev,
+            target=args.target,
+            seed=args.seed,
+            timeout_s=args.timeout,
+            progress=progress,
+        )
+    finally:
+        progress.close()
+        database.close()
     res = result.to_json()
-    print()
+    vendor = _vendor(wl)
+    res["vendor"] = vendor
     print(f"workload   {wl}   key {wl.key}")
     print(f"device     {result.device.name}   key {result.device.key(args.target)}")
     print(
@@ -134,18 +163,50 @@ def cmd_tune(args: argparse.Namespace) -> int:
         _write_json(args.json, res)
         return 1
     b = result.best
-    print(
-        f"best       {b.gflops:.1f} GFLOP/s   {b.latency_s * 1e3:.3f} ms   spread {100 * (b.spread or 0):.1f}%"
-    )
     print(f"config     {format_config(b.config)}")
+    print()
+    rows = [("tuned kernel", b.gflops, b.latency_s, f"spread {100 * (b.spread or 0):.1f}%")]
     if result.default is not None:
-        print(
-            f"default    {result.default.gflops:.1f} GFLOP/s   {result.default.latency_s * 1e3:.3f} ms"
-        )
-        print(f"speedup    {result.speedup:.1f}x over the default schedule (measured side by side)")
+        rows.append(("default schedule", result.default.gflops, result.default.latency_s, ""))
+    if vendor is not None:
+        rows.append((vendor["name"], vendor["gflops"], vendor["latency_s"], vendor["method"]))
+    print(f"{'':<24}{'GFLOP/s':>10}{'ms':>10}{'tuned is':>11}")
+    for name, gflops, latency, note in rows:
+        ratio = "" if name == "tuned kernel" else f"{b.gflops / gflops:.2f}x"
+        print(f"{name:<24}{gflops:>10.1f}{latency * 1e3:>10.3f}{ratio:>11}  {note}".rstrip())
+    print("(the tuned kernel and the default re-measured side by side; numpy timed right after)")
+    if result.speedup:
+        print(f"speedup    {result.speedup:.1f}x over the default schedule")
     print(f"records    {describe(db)}")
     _write_json(args.json, res)
     return 0
+
+
+def _vendor(wl) -> dict | None:
+    """The vendor library (numpy and its BLAS on the CPU) on this workload, timed now."""
+    from autosched.report.vendor import VENDOR_OPS, time_vendor
+
+    if wl.op not in VENDOR_OPS:
+        return None
+    t = time_vendor(wl)
+    name = f"numpy ({t.blas.split()[0]})" if t.blas else "numpy"
+    return {
+        "name": name,
+        "gflops": t.gflops,
+        "latency_s": t.median_s,
+        "method": f"{t.method}, {t.threads}" if t.threads else t.method,
+        "blas": t.blas,
+    }
+
+
+def _check_writable(path: str) -> None:
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InvalidInputError(
+            f"cannot write --json {path}: its folder does not exist or is not writable; "
+            "accepted: a file path in a writable folder"
+        )
 
 
 def cmd_best(args: argparse.Namespace) -> int:

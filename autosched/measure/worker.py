@@ -14,6 +14,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -54,8 +55,9 @@ def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> 
         return runners[kind]
 
     data: TestData | None = None
+    output = _Output(workdir)
     runner_for(device_spec[0])  # open the device now: a broken driver fails the start
-    conn.send(("ready",))
+    conn.send(("ready", output.take()))
     while True:
         try:
             msg = conn.recv()
@@ -71,9 +73,44 @@ def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> 
             conn.send(("ok",))
         elif kind == "run":
             try:
-                conn.send(("result", runner_for(msg[1].kind).run(msg[1], msg[2])))
+                outcome = runner_for(msg[1].kind).run(msg[1], msg[2])
             except Exception as exc:  # a bug in the runner must not look like a hang
-                conn.send(("result", RunOutcome(RUN_ERROR, f"runner: {type(exc).__name__}: {exc}")))
+                outcome = RunOutcome(RUN_ERROR, f"runner: {type(exc).__name__}: {exc}")
+            conn.send(("result", outcome, output.take()))
+
+
+class _Output:
+    """The child's stdout and stderr, at the file-descriptor level, go to a file.
+
+    OpenCL drivers and their compilers (PoCL's clang: "2 warnings generated.") write
+    straight to fds 1 and 2. Caught here, each candidate's share is sent to the parent
+    with its result and logged there (shown with ``-v``), never printed over the
+    progress line.
+    """
+
+    def __init__(self, workdir: str) -> None:
+        self.path = Path(workdir) / f"output-{os.getpid()}.txt"
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+        self.offset = 0
+
+    def take(self) -> str:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(64 * 1024)
+            self.offset = f.seek(0, os.SEEK_END)
+        return data.decode(errors="replace")
+
+
+def _log_output(text: str, what: str) -> None:
+    if text.strip():
+        log.info("%s printed:\n%s", what, text.rstrip())
 
 
 _DIR_PREFIX = "autosched-measure-"
@@ -138,13 +175,21 @@ class MeasureWorker:
         if not parent.poll(_START_TIMEOUT_S):
             proc.kill()
             raise RuntimeError("measurement worker did not start")
-        parent.recv()
+        _log_output(parent.recv()[1], "the device's driver, opening it,")
         self._proc, self._conn, self._data_key = proc, parent, None
 
     def _kill(self) -> None:
         if self._proc is not None:
             self._proc.kill()
             self._proc.join(5)
+            leftover = Path(self._cache_dir) / f"output-{self._proc.pid}.txt"
+            try:  # what a crashing driver said last
+                _log_output(
+                    leftover.read_bytes()[-4000:].decode(errors="replace"), "the killed child"
+                )
+                leftover.unlink()
+            except OSError:
+                pass
         if self._conn is not None:
             self._conn.close()
         self._proc, self._conn, self._data_key = None, None, None
@@ -169,7 +214,8 @@ class MeasureWorker:
             remaining = max(0.1, self.timeout_s - (time.perf_counter() - start))
             if not self._conn.poll(remaining):
                 raise TimeoutError
-            _, outcome = self._conn.recv()
+            _, outcome, output = self._conn.recv()
+            _log_output(output, f"the driver and compiler, for {program.kind} program,")
             return outcome
         except TimeoutError:
             self._kill()

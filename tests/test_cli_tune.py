@@ -1,0 +1,68 @@
+"""`autosched tune` as a newcomer meets it: one line and exit 2 for bad input before
+any other output, a clean terminal, and numpy beside the tuned kernel at the end."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+
+def _tune(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "autosched", "tune", "--op", "matmul", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["--shape", "64,64,64", "--device", "99"], "no device '99'; accepted: an index"),
+        (["--shape", "64,64,64", "--db", "/etc/hostname/x.db"], "cannot open records database"),
+        (["--shape", "64,64,64", "--db", "/proc/x.db"], "cannot open records database"),
+        (
+            ["--shape", "100000,100000,100000"],
+            "needs 111.8 GiB for its tensors",
+        ),
+        (["--shape", "64,64,64", "--json", "/etc/hostname/out.json"], "cannot write --json"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2_before_any_output(tmp_path, args, expected):
+    if "--db" not in args:
+        args = [*args, "--db", str(tmp_path / "r.db")]
+    res = _tune(*args, "--trials", "2", timeout=60)
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == ""
+    assert res.stderr.count("\n") == 1 and res.stderr.startswith("autosched: error: "), res.stderr
+    assert expected in res.stderr
+    assert "Traceback" not in res.stderr
+
+
+def test_a_huge_shape_names_the_device_and_the_host_memory(tmp_path):
+    res = _tune("--shape", "100000,100000,100000", "--db", str(tmp_path / "r.db"), timeout=60)
+    assert re.search(r"device '.+' has [\d.]+ GiB global memory, the host has [\d.]+ GiB available",
+                     res.stderr), res.stderr  # fmt: skip
+    assert not (tmp_path / "r.db").exists()
+
+
+def test_the_terminal_shows_only_autosched_and_the_table_has_numpy(tmp_path):
+    out = tmp_path / "result.json"
+    res = _tune("--shape", "128,128,128", "--trials", "12", "--batch", "4",
+                "--db", str(tmp_path / "r.db"), "--json", str(out))  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    progress = re.compile(r"^\s*\d+/12  best (-|[\d.]+ GFLOP/s)  (\d+ s left|done)$")
+    lines = res.stderr.splitlines()
+    assert lines[0].startswith("tuning matmul(M=128, N=128, K=128")
+    assert all(progress.match(line) for line in lines[1:]), lines
+    assert len(lines) == 13
+    table = res.stdout
+    for row in ("tuned kernel", "default schedule", "numpy ("):
+        assert row in table, table
+    vendor = json.loads(out.read_text())["vendor"]
+    assert vendor["gflops"] > 0 and vendor["name"].startswith("numpy")
