@@ -12,7 +12,7 @@ from autosched._version import __version__
 from autosched.compiler import compile
 from autosched.errors import AutoschedError, InvalidInputError
 from autosched.ops import workload
-from autosched.tuner import TuneResult, tune
+from autosched.tuning.tune import TuneResult, tune
 
 __all__ = [
     "AutoschedError",

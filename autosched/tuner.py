@@ -1,9 +1,8 @@
-"""The tuning loop: propose -> build (worker processes) -> measure (killable worker) -> records.
-
-Everything measured goes to the records database one batch per transaction, so a
-crash or kill loses at most the batch in flight, and rerunning the same call resumes:
-configs already measured on this device are not measured again, and the strategy
-starts from every record the database holds for this operator and device.
+"""Measuring candidates of one workload on one local device: a pool of build
+workers (a crashing build takes only its worker down) and a killable measurement child
+(a hung or crashing kernel takes only the child). :class:`Tuner` turns configs into
+records; the loop that proposes them and stores them is :mod:`autosched.tuning.loop`,
+and :func:`autosched.tuning.tune.tune` runs it for one workload on this machine.
 """
 
 from __future__ import annotations
@@ -17,96 +16,23 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
-from autosched.errors import InvalidInputError
 from autosched.measure.build import BuildResult
 from autosched.measure.cpu import HostCPU
-from autosched.measure.device import Device, select_device
+from autosched.measure.device import Device
 from autosched.measure.lifeline import exit_with_parent
-from autosched.measure.memory import check_fits
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import Workload, workload_from_json
 from autosched.records.base import Database
 from autosched.records.record import BUILD_ERROR, INVALID, OK, Record
-from autosched.search import make_strategy
 from autosched.space.config import Config
 from autosched.space.select import make_space
-from autosched.space.space import DeviceLimits, Space
+from autosched.space.space import DeviceLimits
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrialEvent:
-    """Reported to the progress callback after each measured trial."""
-
-    trial: int  # 1-based, counting trials measured before this run
-    total: int
-    record: Record
-    best_gflops: float | None
-
-
-@dataclass
-class TuneResult:
-    """What a tuning run found. ``best`` and ``default`` come from the final,
-    interleaved re-measurement, so their ratio was measured side by side."""
-
-    workload: Workload
-    device: Device | HostCPU
-    target: str
-    trials: int  # measured trials of this workload on this device, this run's included
-    new_trials: int  # measured by this run
-    best: Record | None
-    default: Record | None
-    history: list[Record] = field(default_factory=list)
-    run_id: str = ""
-    wall_s: float = 0.0
-
-    @property
-    def speedup(self) -> float | None:
-        if self.best and self.default and self.best.latency_s and self.default.latency_s:
-            return self.default.latency_s / self.best.latency_s
-        return None
-
-    def to_json(self) -> dict[str, Any]:
-        best = None
-        if self.best is not None:
-            best = {
-                "gflops": self.best.gflops,
-                "latency_s": self.best.latency_s,
-                "spread": self.best.spread,
-                "config": self.best.config,
-                "record_id": self.best.id,
-            }
-        return {
-            "workload": self.workload.to_json(),
-            "workload_key": self.workload.key,
-            "device": self.device.fingerprint(self.target),
-            "device_key": self.device.key(self.target),
-            "target": self.target,
-            "trials": self.trials,
-            "new_trials": self.new_trials,
-            "best": best,
-            "default_gflops": self.default.gflops if self.default else None,
-            "speedup": self.speedup,
-            "wall_s": self.wall_s,
-            "run_id": self.run_id,
-            "history": [
-                {
-                    "trial": i + 1,
-                    "gflops": r.gflops if r.ok else None,
-                    "status": r.status,
-                    "error": r.error or None,
-                    "config": r.config,
-                }
-                for i, r in enumerate(self.history)
-            ],
-        }
 
 
 # -- build workers ---------------------------------------------------------------------
@@ -190,7 +116,7 @@ class _Builders:
         self._pool = None
 
 
-# -- the loop --------------------------------------------------------------------------
+# -- one workload on one device ----------------------------------------------------------
 
 
 class Tuner:
@@ -329,168 +255,3 @@ class Tuner:
             measured = outcome if b.program is not None else None
             out.append(self._record(config, b, measured, started_at))
         return out
-
-
-def _open_db(db: Database | str | os.PathLike | None) -> tuple[Database, bool]:
-    from autosched.records import open_database
-    from autosched.records.sqlite import default_db_path
-
-    if db is None:
-        return open_database(default_db_path()), True
-    if isinstance(db, (str, os.PathLike)):
-        return open_database(db), True
-    return db, False
-
-
-def tune(
-    workload: Workload,
-    *,
-    trials: int = 64,
-    batch: int = 16,
-    strategy: str = "model",
-    db: Database | str | os.PathLike | None = None,
-    device: Device | HostCPU | str | int | None = None,
-    target: str = "opencl",
-    seed: int = 0,
-    timeout_s: float = 30.0,
-    timing: TimingOptions | None = None,
-    finalists: int = 3,
-    progress: Callable[[TrialEvent], None] | None = None,
-) -> TuneResult:
-    """Tune ``workload`` until the database holds ``trials`` measurements of it on this device.
-
-    Args:
-        workload: from ``autosched.workload(...)``.
-        trials: measured configs wanted in total (earlier runs' count; resuming tops up).
-        batch: configs proposed, built and measured between two model updates.
-        strategy: ``"model"`` (cost-model-guided evolution), ``"random"`` or ``"tpe"``.
-        db: a Database, or a path or URL for ``open_database`` (default: ``default_db_path()``).
-        device: a device or selector (see ``select_device``); default: first GPU, else first
-            device (OpenCL); the host CPU (llvm).
-        target: ``"opencl"`` (OpenCL C on an OpenCL device) or ``"llvm"`` (TVM's LLVM
-            code generation for the host CPU).
-        seed: seeds every random choice; a seeded run is reproducible up to timing noise.
-        timeout_s: limit per candidate; a kernel that hangs longer is killed.
-        finalists: best candidates re-measured side by side with the default at the end.
-        progress: called after every trial.
-
-    Returns:
-        TuneResult with the best record (re-measured) and the default schedule's record.
-    """
-    if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
-        raise InvalidInputError(f"trials={trials!r} is not valid; accepted: an integer >= 1")
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise InvalidInputError(f"batch={batch!r} is not valid; accepted: an integer >= 1")
-    if not isinstance(timeout_s, (int, float)) or timeout_s <= 0:
-        raise InvalidInputError(f"timeout_s={timeout_s!r} is not valid; accepted: a number > 0")
-    start = time.perf_counter()
-    dev = select_device(device, target=target)
-    check_fits(workload, dev)  # before any test data is built
-    database, owned = _open_db(db)
-    tuner = Tuner(
-        workload,
-        db=database,
-        device=dev,
-        target=target,
-        seed=seed,
-        timeout_s=timeout_s,
-        timing=timing,
-    )
-    space = tuner.space
-    rng = np.random.default_rng(seed)
-
-    def space_for(wl_json: dict) -> Space:
-        if wl_json == workload.to_json():
-            return space
-        return make_space(workload_from_json(wl_json), target=target, limits=dev.limits)
-
-    try:
-        search = make_strategy(strategy, space, rng=rng, space_for=space_for)
-        mine = database.query(workload_key=workload.key, device_key=tuner.device_key, target=target)
-        related = database.query(op=workload.op, device_family=tuner.device_family, target=target)
-        search.observe(related)
-        measured = {r.config_key for r in mine}
-        history = list(mine)
-        if mine:
-            log.info(
-                "resuming: %d trials of %s already measured on this device", len(measured), workload
-            )
-        best = max((r.gflops or 0.0 for r in mine if r.ok), default=None)
-
-        def report(rec: Record) -> None:
-            nonlocal best
-            history.append(rec)
-            if rec.ok and (best is None or (rec.gflops or 0) > best):
-                best = rec.gflops
-            if progress:
-                progress(TrialEvent(len(history), trials, rec, best))
-
-        new: list[Record] = []
-        default = space.default()
-        if default.key not in measured and len(measured) < trials:
-            recs = tuner.measure([default], on_record=lambda r: (new.append(r), report(r)))
-            database.add(recs)
-            search.observe(recs)
-            measured.add(default.key)
-        while len(measured) < trials:
-            want = min(batch, trials - len(measured))
-            configs = search.propose(want)
-            if not configs:
-                log.info(
-                    "the strategy has no new configs to propose; stopping at %d trials",
-                    len(measured),
-                )
-                break
-            configs = [c for c in configs if c.key not in measured][:want]
-            batch_records: list[Record] = []
-
-            def on_record(r: Record, batch_records: list[Record] = batch_records) -> None:
-                batch_records.append(r)
-                new.append(r)
-                report(r)
-
-            tuner.measure(configs, on_record=on_record)
-            database.add(batch_records)  # one transaction per batch
-            search.observe(batch_records)
-            measured.update(r.config_key for r in batch_records)
-
-        # Finalists, re-measured side by side with the default schedule.
-        ranked = database.best(
-            workload.key, device_key=tuner.device_key, target=target, k=finalists
-        )
-        final_configs = [Config(r.config) for r in ranked]
-        if default.key not in {c.key for c in final_configs}:
-            final_configs.append(default)
-        final = tuner.remeasure(final_configs) if ranked else []
-        database.add([r for r in final if r.ok])
-        ok_final = [r for r in final if r.ok]
-        default_rec = next((r for r in ok_final if r.config_key == default.key), None)
-        best_rec = min(ok_final, key=lambda r: r.latency_s or float("inf"), default=None)
-        if best_rec is not None:
-            stored = database.best(workload.key, device_key=tuner.device_key, target=target, k=50)
-            best_rec = next(
-                (
-                    r
-                    for r in stored
-                    if r.config_key == best_rec.config_key
-                    and r.run_id == tuner.run_id
-                    and r.timestamp == best_rec.timestamp
-                ),
-                best_rec,
-            )
-        return TuneResult(
-            workload=workload,
-            device=dev,
-            target=target,
-            trials=len(measured),
-            new_trials=len(new),
-            best=best_rec,
-            default=default_rec,
-            history=history,
-            run_id=tuner.run_id,
-            wall_s=time.perf_counter() - start,
-        )
-    finally:
-        tuner.close()
-        if owned:
-            database.close()

@@ -122,7 +122,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.records import open_database
     from autosched.records.opener import describe
     from autosched.records.sqlite import default_db_path
-    from autosched.tuner import tune
+    from autosched.tuning.tune import tune
 
     # Everything that can be wrong is checked before the first line is printed.
     wl = workload_from_args(args)

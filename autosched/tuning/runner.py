@@ -15,12 +15,13 @@ from __future__ import annotations
 import concurrent.futures as cf
 import logging
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
+from autosched.measure.runner import TimingOptions
 from autosched.ops import workload_from_json
 from autosched.records.record import Record
 from autosched.space.config import Config
@@ -94,12 +95,21 @@ class DeviceSession:
     """
 
     def __init__(
-        self, device: Device | HostCPU, target: str, *, worker: str = "", keep: int = 2
+        self,
+        device: Device | HostCPU,
+        target: str,
+        *,
+        worker: str = "",
+        keep: int = 2,
+        timing: TimingOptions | None = None,
+        on_record: Callable[[Record], None] | None = None,
     ) -> None:
         self.device = device
         self.target = target
         self.worker = worker
         self.keep = keep
+        self.timing = timing
+        self.on_record = on_record  # after each search-phase candidate, as it lands
         self._tuners: OrderedDict[tuple, Any] = OrderedDict()
 
     def slot(self) -> Slot:
@@ -125,6 +135,7 @@ class DeviceSession:
                 target=self.target,
                 seed=request.seed,
                 timeout_s=request.timeout_s,
+                timing=self.timing,
             )
             if self.worker:  # a farm worker's name, as its operator gave it
                 tuner.worker_name = self.worker
@@ -144,7 +155,7 @@ class DeviceSession:
         configs = [Config.from_json(c) for c in request.configs]
         if request.rounds:
             return tuner.remeasure(configs, rounds=request.rounds)
-        return tuner.measure(configs)
+        return tuner.measure(configs, on_record=self.on_record)
 
     def close(self) -> None:
         while self._tuners:
@@ -162,8 +173,15 @@ class LocalRunner:
     """Measures on one device of this machine, one batch at a time, in a thread of the
     calling process (the measurement itself runs in the session's killable child)."""
 
-    def __init__(self, device: Device | HostCPU, target: str) -> None:
-        self.session = DeviceSession(device, target)
+    def __init__(
+        self,
+        device: Device | HostCPU,
+        target: str,
+        *,
+        timing: TimingOptions | None = None,
+        on_record: Callable[[Record], None] | None = None,
+    ) -> None:
+        self.session = DeviceSession(device, target, timing=timing, on_record=on_record)
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="autosched-measure")
 
     def slots(self) -> list[Slot]:
@@ -181,5 +199,7 @@ class LocalRunner:
             f.cancel()
 
     def close(self) -> None:
-        self._pool.shutdown(wait=True, cancel_futures=True)
+        # Not waiting: on Ctrl-C the batch in flight ends when its measurement child is
+        # killed by the session's close.
+        self._pool.shutdown(wait=False, cancel_futures=True)
         self.session.close()
