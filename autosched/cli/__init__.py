@@ -380,6 +380,7 @@ def main(argv: list[str] | None = None) -> int:
     handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger("autosched")
     root.addHandler(handler)
+    level = root.level
     root.setLevel(logging.INFO if args.verbose else logging.WARNING)
     try:
         return int(args.func(args) or 0)
@@ -392,6 +393,9 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 130
+    finally:  # main() may be called again in the same process (tests, embedding tools)
+        root.removeHandler(handler)
+        root.setLevel(level)
 
 
 if __name__ == "__main__":
