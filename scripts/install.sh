@@ -56,6 +56,13 @@ sys.exit(0 if m.version('apache-tvm-ffi') == '0.1.14.post1' else 1)"
 if ! "$VPY" -c "$check" >/dev/null 2>&1; then
   spec="."; [ -n "$EXTRAS" ] && spec=".[$EXTRAS]"
   echo "installing autosched${EXTRAS:+ [$EXTRAS]} and its Python dependencies into $VENV (TVM 0.27, pyopencl, ...)"
-  "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip >/dev/null
-  "$VPY" -m pip install -q --disable-pip-version-check -e "$spec"
+  # pip's output is kept for when it fails; on success the terminal stays clean.
+  log=$(mktemp)
+  if ! { "$VPY" -m pip install -q --disable-pip-version-check --upgrade pip &&
+         "$VPY" -m pip install -q --disable-pip-version-check -e "$spec"; } >"$log" 2>&1; then
+    cat "$log"; rm -f "$log"
+    echo "install.sh: pip could not install autosched${EXTRAS:+ [$EXTRAS]} (its output is above)" >&2
+    exit 1
+  fi
+  rm -f "$log"
 fi
