@@ -37,6 +37,14 @@ def find_bindir() -> Path:
     raise RuntimeError(f"PostgreSQL server binaries (initdb, pg_ctl) not found: {INSTALL_HINT}")
 
 
+def _runuser() -> str:
+    """util-linux's runuser; it lives in sbin, which a PATH may leave out."""
+    found = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin")
+    if found is None:
+        raise RuntimeError("runuser (util-linux) not found: the server must run as 'postgres'")
+    return found
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -57,7 +65,7 @@ class PgServer:
     def _run(self, *argv: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         command = [str(self.bindir / argv[0]), *argv[1:]]
         if self.user:
-            command = ["runuser", "-u", self.user, "--", *command]
+            command = [_runuser(), "-u", self.user, "--", *command]
         return subprocess.run(command, check=check, capture_output=True, text=True, timeout=120)
 
     def start(self) -> PgServer:
