@@ -34,12 +34,12 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, quote, unquote, urlencode, urlsplit, urlunsplit
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records import rows
+from autosched.records.reads import SQLReads
 from autosched.records.record import Record
 
 if TYPE_CHECKING:
@@ -159,7 +159,7 @@ def _lock_id(key: tuple[Any, ...]) -> int:
     return int.from_bytes(digest, "big") % _KEY_BUCKETS
 
 
-class PostgresDatabase:
+class PostgresDatabase(SQLReads):
     """Records in a PostgreSQL database (the server and the database must exist).
 
     Implements :class:`autosched.records.base.Database` and honours its contract, like
@@ -395,51 +395,6 @@ class PostgresDatabase:
                     cur.nextset()
         return [id_of[rows.row_key(row)] for row in batch], added
 
-    def query(
-        self,
-        *,
-        workload_key: str | None = None,
-        op: str | None = None,
-        target: str | None = None,
-        device_key: str | None = None,
-        device_family: str | None = None,
-        status: str | None = None,
-        limit: int | None = None,
-    ) -> list[Record]:
-        """Records matching every given filter, in insertion order (by id)."""
-        sql, params = rows.query_sql(
-            {
-                "workload_key": workload_key,
-                "op": op,
-                "target": target,
-                "device_key": device_key,
-                "device_family": device_family,
-                "status": status,
-            },
-            limit,
-        )
-        return [rows.from_row(row) for row in self._read(sql, params)]
-
-    def best(
-        self,
-        workload_key: str,
-        *,
-        target: str | None = None,
-        device_key: str | None = None,
-        device_family: str | None = None,
-        k: int = 1,
-    ) -> list[Record]:
-        """The ``k`` fastest ok records of a workload, fastest first (ties by id)."""
-        sql, params = rows.best_sql(
-            workload_key, target=target, device_key=device_key, device_family=device_family, k=k
-        )
-        return [rows.from_row(row) for row in self._read(sql, params)]
-
-    def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:
-        """Config keys already measured (any status) for this workload on this exact device."""
-        sql, params = rows.measured_sql(workload_key, device_key=device_key, target=target)
-        return {row[0] for row in self._read(sql, params)}
-
     def close(self) -> None:
         """Close the connection; closing twice is harmless."""
         self._closed = True
@@ -464,20 +419,6 @@ class PostgresDatabase:
         removed = self._run("write", work)
         logger.info("deleted %d records from %s", removed, self._location)
         return removed
-
-    def __len__(self) -> int:
-        return int(self._read("SELECT COUNT(*) FROM records")[0][0])
-
-    def __enter__(self) -> PostgresDatabase:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"PostgresDatabase({self._location!r})"

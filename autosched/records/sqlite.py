@@ -34,11 +34,11 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records import rows
+from autosched.records.reads import SQLReads
 from autosched.records.record import Record
 from autosched.records.rows import check_record
 
@@ -122,7 +122,7 @@ def _first_existing(path: Path) -> Path:
     return Path("/")
 
 
-class SQLiteDatabase:
+class SQLiteDatabase(SQLReads):
     """Records in one SQLite file (or in memory with ``":memory:"``).
 
     Implements :class:`autosched.records.base.Database` and honours its contract.
@@ -377,55 +377,6 @@ class SQLiteDatabase:
         logger.debug("stored %d records (%d duplicates) in %s", added, len(ids) - added, self._path)
         return ids, added
 
-    def query(
-        self,
-        *,
-        workload_key: str | None = None,
-        op: str | None = None,
-        target: str | None = None,
-        device_key: str | None = None,
-        device_family: str | None = None,
-        status: str | None = None,
-        limit: int | None = None,
-    ) -> list[Record]:
-        """Records matching every given filter, in insertion order (by id)."""
-        sql, params = rows.query_sql(
-            {
-                "workload_key": workload_key,
-                "op": op,
-                "target": target,
-                "device_key": device_key,
-                "device_family": device_family,
-                "status": status,
-            },
-            limit,
-        )
-        return [rows.from_row(row) for row in self._read(sql, params)]
-
-    def best(
-        self,
-        workload_key: str,
-        *,
-        target: str | None = None,
-        device_key: str | None = None,
-        device_family: str | None = None,
-        k: int = 1,
-    ) -> list[Record]:
-        """The ``k`` fastest ok records of a workload, fastest first (ties by id)."""
-        sql, params = rows.best_sql(
-            workload_key,
-            target=target,
-            device_key=device_key,
-            device_family=device_family,
-            k=k,
-        )
-        return [rows.from_row(row) for row in self._read(sql, params)]
-
-    def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:
-        """Config keys already measured (any status) for this workload on this exact device."""
-        sql, params = rows.measured_sql(workload_key, device_key=device_key, target=target)
-        return {row[0] for row in self._read(sql, params)}
-
     def close(self) -> None:
         """Close the connection; closing twice is harmless."""
         if self._conn is not None:
@@ -461,20 +412,6 @@ class SQLiteDatabase:
             raise
         logger.info("deleted %d records from %s", removed, self._path)
         return removed
-
-    def __len__(self) -> int:
-        return int(self._read("SELECT COUNT(*) FROM records")[0][0])
-
-    def __enter__(self) -> SQLiteDatabase:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"SQLiteDatabase({str(self._path)!r})"
