@@ -8,13 +8,17 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import sys
 import time
 from pathlib import Path
 from typing import Any, NoReturn
 
-from autosched.cli.shared import add_workload_args, format_config, workload_from_args
+from autosched.cli.shared import (
+    add_workload_args,
+    check_writable,
+    format_config,
+    workload_from_args,
+)
 from autosched.errors import AutoschedError, InvalidInputError
 
 log = logging.getLogger("autosched.cli")
@@ -131,7 +135,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     db = args.db or default_db_path()
     database = open_database(db)
     if args.json:
-        _check_writable(args.json)
+        check_writable(args.json, "--json")
     print(f"tuning {wl} on {dev.name} ({args.target})", file=sys.stderr)
     progress = _Progress()
     try:
@@ -197,16 +201,6 @@ def _vendor(wl) -> dict | None:
         "method": f"{t.method}, {t.threads}" if t.threads else t.method,
         "blas": t.blas,
     }
-
-
-def _check_writable(path: str) -> None:
-    target = Path(path).expanduser()
-    folder = target.parent
-    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise InvalidInputError(
-            f"cannot write --json {path}: its folder does not exist or is not writable; "
-            "accepted: a file path in a writable folder"
-        )
 
 
 def cmd_best(args: argparse.Namespace) -> int:

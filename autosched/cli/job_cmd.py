@@ -9,11 +9,11 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import os
 import sys
 import time
 from pathlib import Path
 
+from autosched.cli.shared import check_writable
 from autosched.errors import InvalidInputError
 
 TARGET_CHOICES = ("opencl", "llvm")
@@ -183,8 +183,10 @@ def cmd_job_run(args: argparse.Namespace) -> int:
     deadline = deadline_of(args)
     db = _open_db(args.db)
     try:
-        if args.report:  # refuse an unwritable report path before the night, not after
-            _check_writable(args.report)
+        # Refuse unwritable outputs before the night, not after it.
+        for option, path in (("--report", args.report), ("--json", args.json)):
+            if path:
+                check_writable(path, option)
         result = _run(
             job, args.scheduler, db, deadline, _security(args) if args.scheduler else None
         )
@@ -223,16 +225,6 @@ def cmd_job_run(args: argparse.Namespace) -> int:
         except OSError as exc:
             raise InvalidInputError(f"cannot write --json {args.json}: {exc.strerror}") from None
     return 1 if result.unserved else 0
-
-
-def _check_writable(path: str) -> None:
-    target = Path(path).expanduser()
-    folder = target.parent if str(target.parent) else Path(".")
-    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
-        raise InvalidInputError(
-            f"cannot write --report {path}: its folder does not exist or is not writable; "
-            "accepted: a file path in a writable folder"
-        )
 
 
 def _need_dask() -> None:

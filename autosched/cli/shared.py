@@ -4,6 +4,8 @@ the workload they name, and how a config is printed."""
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from autosched.errors import InvalidInputError
@@ -60,3 +62,14 @@ def format_config(config: dict) -> str:
         f"{k}={'x'.join(map(str, v)) if isinstance(v, list) else v}"
         for k, v in sorted(config.items())
     )
+
+
+def check_writable(path: str, option: str) -> None:
+    """Refuse an output path that cannot be written, before any work (one line, exit 2)."""
+    target = Path(path).expanduser()
+    folder = target.parent
+    if target.is_dir() or not folder.is_dir() or not os.access(folder, os.W_OK):
+        raise InvalidInputError(
+            f"cannot write {option} {path}: its folder does not exist or is not writable; "
+            "accepted: a file path in a writable folder"
+        )
