@@ -540,3 +540,31 @@ def test_a_job_rides_out_a_postgresql_restart(tmp_path, pg_server, pg_url):
     assert run.returncode == 0, stderr[-3000:]
     assert "48 trials measured" in stdout
     _check_topped_up(pg_url, trials=16, pairs=3)
+
+
+def test_ctrl_c_ends_a_job_with_one_line_and_no_process_left(tmp_path):
+    """SIGINT to the job's whole process group, as a terminal's Ctrl-C sends it: the
+    client closes its cluster in order, says how to resume, and every worker, build
+    and measurement process is gone."""
+    job = tmp_path / "night.toml"
+    job.write_text(JOB.format(trials=64))
+    db = tmp_path / "records.db"
+    mark = f"ctrl-c-{os.getpid()}-{time.time()}"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "job", "run", str(job), "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+        env=dict(os.environ, AUTOSCHED_TEST_MARK=mark),
+    )  # fmt: skip
+    deadline = time.time() + 240
+    while time.time() < deadline and run.poll() is None and len(_records(db)) < 4:
+        time.sleep(0.2)
+    os.killpg(run.pid, signal.SIGINT)
+    stdout, stderr = run.communicate(timeout=120)
+    assert run.returncode == 130, stderr[-3000:]
+    assert stderr.rstrip().splitlines()[-1] == (
+        "autosched: interrupted; measured batches are saved, rerun the same command to resume"
+    )
+    deadline = time.time() + 30
+    while (left := _marked(mark)) and time.time() < deadline:
+        time.sleep(0.5)
+    assert not left, f"processes left behind: {left}"

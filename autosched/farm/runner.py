@@ -9,6 +9,7 @@ workers comes back as ``KilledWorker`` and the job loop stores it as error recor
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 from collections.abc import Sequence
 from concurrent.futures import CancelledError
@@ -148,6 +149,12 @@ def local_cluster(targets: Sequence[str]) -> SpecCluster:
     }
     scheduler = {
         "cls": Scheduler,
-        "options": {"host": "127.0.0.1", "port": 0, "dashboard_address": None},
+        "options": {"host": "127.0.0.1", "port": 0, "dashboard": False},
     }
-    return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
+    # The workers are this process's children: Ctrl-C at a terminal is for this process,
+    # which closes them in order. Started with SIGINT ignored, they inherit that.
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
+    finally:
+        signal.signal(signal.SIGINT, previous)
