@@ -564,6 +564,7 @@ def test_ctrl_c_ends_a_job_with_one_line_and_no_process_left(tmp_path):
     assert stderr.rstrip().splitlines()[-1] == (
         "autosched: interrupted; measured batches are saved, rerun the same command to resume"
     )
+    assert "Traceback" not in stderr, stderr[-3000:]
     deadline = time.time() + 30
     while (left := _marked(mark)) and time.time() < deadline:
         time.sleep(0.5)

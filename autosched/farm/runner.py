@@ -143,7 +143,9 @@ def local_cluster(targets: Sequence[str]) -> SpecCluster:
     specs = {
         name: {
             "cls": Nanny,
-            "options": nanny_options(devs, name=f"{socket.gethostname()}-{name}", quiet=True),
+            "options": nanny_options(
+                devs, name=f"{socket.gethostname()}-{name}", quiet=True, detach=True
+            ),
         }
         for name, devs in local_devices(targets).items()
     }

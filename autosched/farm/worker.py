@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import signal
 from collections.abc import Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from distributed import Nanny, get_worker
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from autosched.measure.device import select_device
+from autosched.measure.lifeline import exit_with_parent
 from autosched.records.record import Record
 from autosched.tuning.runner import BatchRequest, DeviceSession, Slot
 
@@ -72,15 +74,22 @@ class DevicePlugin(WorkerPlugin):
     name = PLUGIN
     idempotent = True
 
-    def __init__(self, devices: Sequence[tuple[str, str | None]]) -> None:
+    def __init__(self, devices: Sequence[tuple[str, str | None]], *, detach: bool = False) -> None:
         self.devices = [tuple(d) for d in devices]
+        self.detach = detach
         self.sessions: dict[str, DeviceSession] = {}
 
     def setup(self, worker: Any) -> None:
         # Ctrl-C at a terminal reaches the whole process group: the job's client (or the
-        # worker's nanny) owns it and closes this worker in order. Ignored here, it is
-        # ignored by the measurement and build children too (SIG_IGN survives exec).
+        # worker's nanny) owns it and closes this worker in order.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        if self.detach:
+            # A local cluster's worker leaves the terminal's process group, so its build
+            # and measurement children never see the terminal's Ctrl-C either (LLVM's
+            # own SIGINT handler in this process means they would not inherit SIG_IGN),
+            # and it exits if the job's process dies without closing it.
+            os.setpgrp()
+            exit_with_parent()
         for target, selector in self.devices:
             device = select_device(selector, target=target)
             session = DeviceSession(device, target, worker=str(worker.name))
@@ -122,13 +131,14 @@ def nanny_options(
     name: str | None = None,
     security: Any = None,
     quiet: bool = False,
+    detach: bool = False,
 ) -> dict[str, Any]:
     """Keyword arguments of a ``Nanny`` whose worker owns ``devices``."""
     dask.config.set({"distributed.worker.daemon": False})
     options: dict[str, Any] = {
         "nthreads": 1,
         "resources": resources_of(devices),
-        "plugins": {DevicePlugin(devices)},
+        "plugins": {DevicePlugin(devices, detach=detach)},
         # The worker's children (measurement, builds) are started by spawn; they must
         # not inherit a daemonic parent.
         "env": {"DASK_DISTRIBUTED__WORKER__DAEMON": "False"},

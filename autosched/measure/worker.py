@@ -90,7 +90,10 @@ class _Output:
 
     def __init__(self, workdir: str) -> None:
         self.path = Path(workdir) / f"output-{os.getpid()}.txt"
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+        except OSError:  # the parent removed its folder: it is shutting down
+            fd = os.open(os.devnull, os.O_WRONLY)
         sys.stdout.flush()
         sys.stderr.flush()
         os.dup2(fd, 1)
@@ -101,10 +104,13 @@ class _Output:
     def take(self) -> str:
         sys.stdout.flush()
         sys.stderr.flush()
-        with open(self.path, "rb") as f:
-            f.seek(self.offset)
-            data = f.read(64 * 1024)
-            self.offset = f.seek(0, os.SEEK_END)
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(self.offset)
+                data = f.read(64 * 1024)
+                self.offset = f.seek(0, os.SEEK_END)
+        except OSError:  # gone with the parent's folder, or never made
+            return ""
         return data.decode(errors="replace")
 
 
