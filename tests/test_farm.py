@@ -569,3 +569,35 @@ def test_ctrl_c_ends_a_job_with_one_line_and_no_process_left(tmp_path):
     while (left := _marked(mark)) and time.time() < deadline:
         time.sleep(0.5)
     assert not left, f"processes left behind: {left}"
+
+
+def test_the_database_password_appears_in_no_output_json_or_report(tmp_path, pg_server):
+    """A job on a password-protected PostgreSQL role, verbose: the password is in no
+    terminal line, JSON, report or error message, in plain or URL-escaped form."""
+    from urllib.parse import quote
+
+    from tests.pg_server import PASSWORD_USER
+
+    password = "n1ght:J@b/s3cret"
+    pg_server.psql(f"ALTER ROLE {PASSWORD_USER} PASSWORD '{password}'")
+    name = pg_server.new_database()
+    url = (
+        f"postgresql://{PASSWORD_USER}:{quote(password, safe='')}@127.0.0.1:{pg_server.port}/{name}"
+    )
+    job = tmp_path / "night.toml"
+    job.write_text(JOB.format(trials=4))
+    out, report = tmp_path / "result.json", tmp_path / "night.html"
+    run = _cli(
+        "-v", "job", "run", str(job), "--db", url, "--json", str(out), "--report", str(report)
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    status = _cli("job", "status", str(job), "--db", url)
+    wrong = _cli("job", "status", str(job), "--db", url.replace("n1ght", "WRONG"), timeout=60)
+    assert wrong.returncode == 2 and wrong.stderr.count("\n") == 1, wrong.stderr
+    shown = "\n".join(
+        [run.stdout, run.stderr, status.stdout, status.stderr, wrong.stdout, wrong.stderr,
+         out.read_text(), report.read_text()]
+    )  # fmt: skip
+    assert "12 trials measured" in run.stdout and f"{PASSWORD_USER}:***@" in report.read_text()
+    for form in (password, quote(password, safe=""), "J@b", "s3cret"):
+        assert form not in shown, form
