@@ -16,10 +16,12 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autosched.records import open_database
 from autosched.records.sqlite import SQLiteDatabase
+from tests.browser import chart_blue, screenshot
 
 JOB = """\
 name = "smoke"
@@ -106,6 +108,10 @@ def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_pat
     assert page.count("8/8 (8 tonight)") == 3, page[:3000]
     assert "best / numpy" in page and "ended by every task reaching its trials" in page
     assert 'id="s3"' in page and 'id="s4"' not in page  # three sections
+    # As a person sees it in a browser: text, tables and the sections' curves drawn.
+    image = screenshot(report, tmp_path / "night.png", height=3000)
+    assert 0.03 < float(np.any(image < 0.9, axis=-1).mean()) < 0.7
+    assert chart_blue(image) > 500
     _check_topped_up(db, trials=8, pairs=3)
     # Nothing but autosched's own lines reaches the terminal.
     noise = [

@@ -7,8 +7,6 @@ import argparse
 import html
 import json
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +32,7 @@ from autosched.report import (
 from autosched.report.markup import fmt_gflops
 from autosched.space.config import Config
 from autosched.space.select import make_space
+from tests.browser import chart_blue, screenshot
 
 DATA = Path(__file__).parent / "data" / "matmul_pocl_records.jsonl"
 WORKLOAD = autosched.workload("matmul", M=64, N=64, K=64)
@@ -334,50 +333,13 @@ def test_cli_bad_input_is_one_line_and_exit_2(tmp_path):
 
 
 # -- rendering ---------------------------------------------------------------------------
-def _chromium() -> str:
-    """The headless browser the test suite's install brings (Debian's chromium)."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    raise AssertionError(
-        "no Chromium binary: the test suite's install brings it "
-        "(EXTRAS=test bash scripts/install.sh, or apt-get install -y chromium)"
-    )
-
-
 def test_report_renders_in_headless_chromium(tuned, tmp_path):
-    import matplotlib.image
-
     db, _ = tuned
     page_file = write_report(db, tmp_path / "report.html", vendor_gflops=50.0)
-    png = tmp_path / "shot.png"
-    subprocess.run(
-        [
-            _chromium(),
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            f"--user-data-dir={tmp_path / 'profile'}",
-            f"--screenshot={png}",
-            "--window-size=1280,2400",
-            page_file.resolve().as_uri(),
-        ],
-        check=True,
-        capture_output=True,
-        timeout=180,
-    )
-    assert png.is_file() and png.stat().st_size > 10_000
-    image = matplotlib.image.imread(png)[..., :3]
-    assert image.shape[:2] == (2400, 1280)
+    image = screenshot(page_file, tmp_path / "shot.png")
     assert float(image.std()) > 0.05  # not blank
     ink = np.any(image < 0.9, axis=-1).mean()
     assert 0.03 < ink < 0.7, ink  # text and charts, not a blank or solid page
     # The charts drew: the runs' blue lines and markers are there.
-    blue = np.all(np.abs(image - np.array([0x1F, 0x77, 0xB4]) / 255) < 0.06, axis=-1).sum()
+    blue = chart_blue(image)
     assert blue > 500, blue
