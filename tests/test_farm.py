@@ -41,12 +41,23 @@ targets = ["opencl"]
 """
 
 
-def _cli(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
+THIRD_TASK = """
+[[tasks]]
+op = "elementwise"
+shape = "rows=256,cols=256,ops=add+relu"
+targets = ["llvm"]
+"""
+
+
+def _cli(*args: str, timeout: float = 300, mark: str = "") -> subprocess.CompletedProcess:
+    """Run the CLI; ``mark`` goes into the environment of every process it starts."""
+    env = dict(os.environ, AUTOSCHED_TEST_MARK=mark) if mark else None
     return subprocess.run(
         [sys.executable, "-m", "autosched", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
+        env=env,
     )
 
 
@@ -86,10 +97,13 @@ def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_pat
     out = tmp_path / "result.json"
     report = tmp_path / "morning" / "night.html"
     report.parent.mkdir()
+    mark = f"local-job-{os.getpid()}-{time.time()}"
     first = _cli(
-        "job", "run", str(job), "--db", str(db), "--json", str(out), "--report", str(report)
-    )
+        "job", "run", str(job), "--db", str(db), "--json", str(out), "--report", str(report),
+        mark=mark,
+    )  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
+    assert not _marked(mark), "processes left behind after the job"
     result = json.loads(out.read_text())
     assert {(t["task"], t["target"]) for t in result["tasks"]} == {
         ("matmul 128,128,128", "opencl"),
@@ -232,7 +246,7 @@ def test_a_farm_job_survives_a_worker_killed_mid_batch(tmp_path, farm):
     cpu = _worker(tmp_path, address, "llvm", "cpu-1")
     procs += [ocl, cpu]
     job = tmp_path / "night.toml"
-    job.write_text(JOB.format(trials=12))
+    job.write_text(JOB.format(trials=12) + THIRD_TASK)  # three [[tasks]], four pairs
     db = tmp_path / "records.db"
     out = tmp_path / "result.json"
     run = subprocess.Popen(
@@ -254,9 +268,9 @@ def test_a_farm_job_survives_a_worker_killed_mid_batch(tmp_path, farm):
     stdout, stderr = run.communicate(timeout=400)
     assert run.returncode == 0, stderr[-3000:]
     result = json.loads(out.read_text())
-    assert len(result["tasks"]) == 3
+    assert len(result["tasks"]) == 4
     assert all(t["trials"] == 12 for t in result["tasks"]), result["tasks"]
-    _check_topped_up(db, trials=12, pairs=3)
+    _check_topped_up(db, trials=12, pairs=4)
     # The two OpenCL workers had the same device: one device kind, one set of records,
     # measured by the first worker and, after its death, by its replacement.
     records = _records(db)
