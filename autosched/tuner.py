@@ -208,13 +208,13 @@ class Tuner:
     ) -> list[Record]:
         """Build all ``configs`` in the worker pool and measure each as its build lands.
 
-        On llvm the builds run on the cores that the kernels are timed on, so the whole
-        batch is built before the first measurement.
+        On llvm and the IREE targets the builds run on the cores that the kernels are
+        timed on, so the whole batch is built before the first measurement.
         """
         futures = [self._submit(c) for c in configs]
         limit = max(60.0, self.timeout_s)
         builds: list[BuildResult | None] = [None] * len(configs)
-        if self.target == "llvm":
+        if self.target != "opencl":
             builds = [self.builders.result(fut, limit) for fut in futures]
         out = []
         for config, fut, built in zip(configs, futures, builds):

@@ -15,6 +15,7 @@ bench/results/tune_llvm.json.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import logging
 import os
@@ -77,7 +78,16 @@ def metaschedule(
     mod = tvm.IRModule({"main": te.create_prim_func([*st.inputs, *st.outputs])})
     target = tvm.target.Target(host_cpu().tvm_target())
     start = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="bench-ms-") as work_dir:
+    # TVM's runtime runs a kernel on half the logical CPUs unless told (it assumes
+    # hyper-threading): on a 2-vCPU machine MetaSchedule's runner timed every candidate
+    # on one thread, reading 1.98x slow against the shared harness (committed
+    # peers_matmul.json, November 2026). Its runner processes inherit this environment,
+    # so they time on every usable core, as the target's num-cores and autosched's
+    # worker do.
+    with (
+        _tvm_threads(host_cpu().cores),
+        tempfile.TemporaryDirectory(prefix="bench-ms-") as work_dir,
+    ):
         db = ms.tune_tir(
             mod,
             target,
@@ -112,6 +122,19 @@ def metaschedule(
         "trials": len(records),
         "best_gflops": best,
     }
+
+
+@contextlib.contextmanager
+def _tvm_threads(n: int):
+    old = os.environ.get("TVM_NUM_THREADS")
+    os.environ["TVM_NUM_THREADS"] = str(n)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("TVM_NUM_THREADS", None)
+        else:
+            os.environ["TVM_NUM_THREADS"] = old
 
 
 def _ms_gflops(wl, run_secs) -> float:

@@ -28,6 +28,13 @@ case ",$EXTRAS," in *,test,*) dpkg -s chromium >/dev/null 2>&1 || need_apt+=(chr
 case ",$EXTRAS," in *,farm,*)
   for pkg in postgresql mesa-opencl-icd; do dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg"); done ;;
 esac
+# iree: Mesa's Vulkan driver (lavapipe, a Vulkan compute device on the CPU where there
+# is no GPU driver) and vulkaninfo, which autosched reads the device's limits from.
+case ",$EXTRAS," in *,iree,*)
+  for pkg in mesa-vulkan-drivers libvulkan1 vulkan-tools; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+  done ;;
+esac
 # Debian/Ubuntu ship venv's pip bootstrap separately.
 if [ ! -x "$VENV/bin/python" ] && ! "$PY" -c 'import ensurepip, venv' >/dev/null 2>&1; then
   need_apt+=(python3-venv)
@@ -48,7 +55,8 @@ VPY="$VENV/bin/python"
 # Modules each extra brings; a missing one means that extra is installed (again).
 check="import importlib.metadata as m, sys
 import autosched, pyopencl, tvm, sklearn, lightgbm, optuna, pandas, rich  # noqa: F401
-mods = {'test': ['pytest'], 'bench': ['kernel_tuner', 'psutil'], 'farm': ['distributed', 'psycopg']}
+mods = {'test': ['pytest'], 'bench': ['kernel_tuner', 'psutil'], 'farm': ['distributed', 'psycopg'],
+        'iree': ['iree.compiler', 'iree.runtime'], 'models': ['onnx', 'onnxruntime', 'torch']}
 for extra in filter(None, '$EXTRAS'.split(',')):
     for mod in mods.get(extra, []):
         __import__(mod)

@@ -32,6 +32,7 @@ from autosched.errors import InvalidInputError
 from autosched.ops import workload, workload_from_json
 from autosched.records.record import Record
 from autosched.space.config import Config
+from autosched.space.device import device_limits
 from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, Space
 
@@ -50,13 +51,7 @@ def records() -> list[Record]:
 
 @pytest.fixture(scope="module")
 def space_for(records):
-    dev = records[0].device
-    limits = DeviceLimits(
-        max_work_group_size=dev["max_work_group_size"],
-        max_work_item_size=dev["max_work_item_sizes"][0],
-        local_mem_bytes=dev["local_mem_bytes"],
-        is_cpu=dev["type"] == "cpu",
-    )
+    limits = device_limits(records[0].device, "opencl")
     spaces: dict[str, Space] = {}
 
     def make(wl: dict) -> Space:

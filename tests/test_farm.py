@@ -8,6 +8,7 @@ once, reruns resuming, a SIGKILLed worker survived.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
@@ -575,20 +576,25 @@ def test_ctrl_c_ends_a_job_with_one_line_and_no_process_left(tmp_path):
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env=dict(os.environ, AUTOSCHED_TEST_MARK=mark),
     )  # fmt: skip
-    deadline = time.time() + 240
-    while time.time() < deadline and run.poll() is None and len(_records(db)) < 4:
-        time.sleep(0.2)
-    os.killpg(run.pid, signal.SIGINT)
-    stdout, stderr = run.communicate(timeout=120)
-    assert run.returncode == 130, stderr[-3000:]
-    assert stderr.rstrip().splitlines()[-1] == (
-        "autosched: interrupted; measured batches are saved, rerun the same command to resume"
-    )
-    assert "Traceback" not in stderr, stderr[-3000:]
-    deadline = time.time() + 30
-    while (left := _marked(mark)) and time.time() < deadline:
-        time.sleep(0.5)
-    assert not left, f"processes left behind: {left}"
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and run.poll() is None and len(_records(db)) < 4:
+            time.sleep(0.2)
+        os.killpg(run.pid, signal.SIGINT)
+        stdout, stderr = run.communicate(timeout=120)
+        assert run.returncode == 130, stderr[-3000:]
+        assert stderr.rstrip().splitlines()[-1] == (
+            "autosched: interrupted; measured batches are saved, rerun the same command to resume"
+        )
+        assert "Traceback" not in stderr, stderr[-3000:]
+        deadline = time.time() + 30
+        while (left := _marked(mark)) and time.time() < deadline:
+            time.sleep(0.5)
+        assert not left, f"processes left behind: {left}"
+    finally:  # a failure here must not leave a job measuring beside the next tests
+        for left in _marked(mark):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(left.split(":")[0]), signal.SIGKILL)
 
 
 def test_the_database_password_appears_in_no_output_json_or_report(tmp_path, pg_server):

@@ -34,3 +34,11 @@ def test_bench_extra_brings_the_peers(tmp_path):
     names = _would_install(tmp_path, ".[bench]")
     assert "kernel-tuner" in names or "kernel_tuner" in names, sorted(names)
     assert not [n for n in names if n.startswith("nvidia-")], sorted(names)
+
+
+def test_models_extra_brings_the_frontends_without_cuda(tmp_path):
+    names = _would_install(tmp_path, ".[models]")
+    assert {"torch", "onnx", "onnxruntime"} <= names, sorted(names)
+    # torch==2.13.0 is met by the +cpu wheel where pip can find it (a find-links folder in
+    # pip's configuration, or PyTorch's CPU index); PyPI's Linux wheel pulls CUDA's runtime.
+    assert not [n for n in names if n.startswith("nvidia-")], sorted(names)

@@ -19,6 +19,7 @@ from autosched.cli.shared import (
     format_config,
     workload_from_args,
 )
+from autosched.cli.shared import positive as _positive
 from autosched.errors import AutoschedError, InvalidInputError
 
 log = logging.getLogger("autosched.cli")
@@ -27,18 +28,6 @@ log = logging.getLogger("autosched.cli")
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> NoReturn:  # one line, status 2
         self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an integer; accepted: an integer >= 1"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is too small; accepted: an integer >= 1")
-    return value
 
 
 def _write_json(path: str | None, data: Any) -> None:
@@ -54,22 +43,69 @@ def _write_json(path: str | None, data: Any) -> None:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    """Every device of every target this machine has, with the key its records carry;
+    a target whose runtime is missing says what to install."""
+    from autosched.errors import DeviceError
+    from autosched.measure.cpu import host_cpu
     from autosched.measure.device import list_devices
 
-    devices = list_devices()
-    for d in devices:
-        print(f"[{d.index}] {d.name}  ({d.type}, {d.compute_units} compute units)")
-        print(f"    platform: {d.platform} / {d.platform_version}")
-        print(f"    driver {d.driver_version}, {d.version}, {d.opencl_c_version}")
-        print(
-            f"    max work-group {d.max_work_group_size}, local memory {d.local_mem_bytes // 1024} KiB"
+    listed: list[dict] = []
+
+    def entry(target: str, dev, index: int | None, lines: list[str]) -> None:
+        print(f"  [{dev.selector}] {dev.name}  ({dev.type}, {dev.compute_units} compute units)")
+        for line in lines:
+            print(f"      {line}")
+        print(f"      key {dev.key(target)}  family {dev.family(target)}  selector {dev.selector}")
+        listed.append(
+            dict(
+                dev.fingerprint(target), key=dev.key(target), family=dev.family(target), index=index
+            )
         )
-        print(f"    key {d.key()}  family {d.family()}  selector {d.selector}")
-    _write_json(
-        args.json,
-        [dict(d.fingerprint(), key=d.key(), family=d.family(), index=d.index) for d in devices],
-    )
+
+    print("opencl")
+    try:
+        opencl = list_devices()
+    except DeviceError as exc:
+        opencl = ()
+        print(f"  none: {exc}")
+    for d in opencl:
+        entry("opencl", d, d.index, [
+            f"platform: {d.platform} / {d.platform_version}",
+            f"driver {d.driver_version}, {d.version}, {d.opencl_c_version}",
+            f"max work-group {d.max_work_group_size}, local memory {d.local_mem_bytes // 1024} KiB",
+        ])  # fmt: skip
+    cpu = host_cpu()
+    print("llvm")
+    entry("llvm", cpu, 0, [f"-mcpu={cpu.mcpu}, {', '.join(cpu.isa) or 'no SIMD extension'}"])
+    for target, devices in _iree_devices():
+        print(target)
+        if isinstance(devices, str):
+            print(f"  none: {devices}")
+            continue
+        for d in devices:
+            entry(
+                target, d, d.index, [f"IREE {d.iree_version}, {d.driver} {d.driver_info}".rstrip()]
+            )
+    _write_json(args.json, listed)
     return 0
+
+
+def _iree_devices() -> list[tuple[str, object]]:
+    """``(target, devices or why there are none)`` for the IREE targets."""
+    from autosched.errors import AutoschedError
+
+    try:
+        from autosched.measure.iree_device import select_iree_device, vulkan_devices
+
+        cpu = (select_iree_device(None, "iree-llvm-cpu"),)
+    except (ImportError, AutoschedError) as exc:
+        why = f"{exc}" if isinstance(exc, AutoschedError) else "the iree extra is not installed"
+        return [("iree-llvm-cpu", why), ("iree-vulkan", why)]
+    try:
+        vulkan: object = vulkan_devices()
+    except AutoschedError as exc:
+        vulkan = str(exc)
+    return [("iree-llvm-cpu", cpu), ("iree-vulkan", vulkan)]
 
 
 class _Progress:
@@ -128,6 +164,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     from autosched.records.sqlite import default_db_path
     from autosched.tuning.tune import tune
 
+    if args.mlir:
+        from autosched.cli.iree_cmd import tune_mlir
+
+        return tune_mlir(args)
+    if not args.op or args.shape is None:
+        raise InvalidInputError("tune needs --op and --shape, or --mlir FILE; accepted: either")
     # Everything that can be wrong is checked before the first line is printed.
     wl = workload_from_args(args)
     dev = select_device(args.device, target=args.target)
@@ -171,7 +213,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print()
     rows = [("tuned kernel", b.gflops, b.latency_s, f"spread {100 * (b.spread or 0):.1f}%")]
     if result.default is not None:
-        rows.append(("default schedule", result.default.gflops, result.default.latency_s, ""))
+        default = "IREE's default config" if args.target.startswith("iree-") else "default schedule"
+        rows.append((default, result.default.gflops, result.default.latency_s, ""))
     if vendor is not None:
         rows.append((vendor["name"], vendor["gflops"], vendor["latency_s"], vendor["method"]))
     print(f"{'':<24}{'GFLOP/s':>10}{'ms':>10}{'tuned is':>11}")
@@ -291,7 +334,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     from autosched.search import STRATEGIES
-    from autosched.space.space import TARGETS
+    from autosched.space.space import ALL_TARGETS
 
     parser = _Parser(
         prog="autosched", description="ML-guided autotuning of tensor-operator schedules."
@@ -301,7 +344,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="COMMAND", required=True, parser_class=_Parser
     )
 
-    p = sub.add_parser("devices", help="list OpenCL devices with their fingerprints")
+    p = sub.add_parser("devices", help="list the devices of every target with their keys")
     p.add_argument("--json", metavar="PATH", help="also write the fingerprints as JSON")
     p.set_defaults(func=cmd_devices)
 
@@ -314,8 +357,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the list as JSON instead")
     p.set_defaults(func=cmd_ops)
 
-    def workload_args(p: argparse.ArgumentParser) -> None:
-        add_workload_args(p)
+    def workload_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
+        add_workload_args(p, required=required)
         p.add_argument(
             "--device",
             default=None,
@@ -331,14 +374,20 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", metavar="PATH", help="also write the result as JSON")
         p.add_argument(
             "--target",
-            choices=TARGETS,
+            choices=ALL_TARGETS,
             default="opencl",
-            help="opencl (an OpenCL device) or llvm (the host CPU through TVM's LLVM); "
-            "default opencl",
+            help="opencl (an OpenCL device), llvm (the host CPU through TVM's LLVM), "
+            "iree-llvm-cpu or iree-vulkan (IREE's backends, the iree extra); default opencl",
         )
 
     p = sub.add_parser("tune", help="tune one workload on a device")
-    workload_args(p)
+    workload_args(p, required=False)
+    p.add_argument(
+        "--mlir",
+        metavar="FILE",
+        help="IREE targets: tune every tunable root op of this MLIR file (one task each, "
+        "keyed by op, shapes and dtype) instead of --op/--shape",
+    )
     p.add_argument(
         "--trials", type=_positive, default=64, help="measured configs in total (default 64)"
     )
@@ -358,12 +407,14 @@ def build_parser() -> argparse.ArgumentParser:
     workload_args(p)
     p.set_defaults(func=cmd_best)
 
-    from autosched.cli import compile_cmd, job_cmd, records_cmd, report_cmd
+    from autosched.cli import compile_cmd, iree_cmd, job_cmd, model_cmd, records_cmd, report_cmd
 
     records_cmd.add_parser(sub)
     compile_cmd.add_parser(sub)
     report_cmd.add_parser(sub)
     job_cmd.add_parser(sub)
+    iree_cmd.add_parser(sub)
+    model_cmd.add_parser(sub)
     return parser
 
 
@@ -382,6 +433,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"autosched: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        # A Ctrl-C that lands inside exec() of a string (scipy runs one while a cost model
+        # is imported lazily) leaves CPython's "unhandled KeyboardInterrupt" mark set even
+        # though it is handled here, and the interpreter would then end by SIGINT instead
+        # of with 130. Executing any string clears that mark.
+        exec("")
         print(
             "autosched: interrupted; measured batches are saved, rerun the same command to resume",
             file=sys.stderr,

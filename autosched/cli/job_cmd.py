@@ -15,8 +15,7 @@ from pathlib import Path
 
 from autosched.cli.shared import check_writable
 from autosched.errors import InvalidInputError
-
-TARGET_CHOICES = ("opencl", "llvm")
+from autosched.space.space import ALL_TARGETS
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -62,7 +61,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     w.add_argument(
         "--device", default=None, help="opencl: index, platform:device or part of a name"
     )
-    w.add_argument("--target", choices=TARGET_CHOICES, default="opencl")
+    w.add_argument("--target", choices=ALL_TARGETS, default="opencl")
     w.add_argument("--name", default=None, help="the worker's name in records and reports")
     _tls_args(w)
     w.set_defaults(func=cmd_worker)

@@ -14,14 +14,16 @@ if TYPE_CHECKING:
     from autosched.ops import Workload
 
 
-def add_workload_args(p: argparse.ArgumentParser) -> None:
+def add_workload_args(p: argparse.ArgumentParser, *, required: bool = True) -> None:
     """``--op``, ``--shape`` and ``--epilogue``, as every workload command takes them."""
     from autosched.ops import OPS
 
-    p.add_argument("--op", required=True, help=f"operator: {', '.join(OPS)} (see `autosched ops`)")
+    p.add_argument(
+        "--op", required=required, help=f"operator: {', '.join(OPS)} (see `autosched ops`)"
+    )
     p.add_argument(
         "--shape",
-        required=True,
+        required=required,
         help="the op's parameters as name=value, e.g. n=1,c=64,h=56,w=56,k=64,r=3,s=3,pad=1; "
         "bare values in order for matmul (M,N,K), batch_matmul (b,m,n,k), softmax and "
         "layernorm (rows,cols); `autosched ops` lists them",
@@ -73,3 +75,16 @@ def check_writable(path: str, option: str) -> None:
             f"cannot write {option} {path}: its folder does not exist or is not writable; "
             "accepted: a file path in a writable folder"
         )
+
+
+def positive(text: str) -> int:
+    """An argparse type: an integer >= 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an integer; accepted: an integer >= 1"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is too small; accepted: an integer >= 1")
+    return value

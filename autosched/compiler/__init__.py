@@ -123,6 +123,11 @@ def _check_args(workload: Workload, target: str) -> None:
         raise InvalidInputError(
             f"workload {workload!r} is not valid; accepted: autosched.workload(...)"
         )
+    if target.startswith("iree-"):
+        raise InvalidInputError(
+            f"target {target!r} builds with iree-compile, not here; accepted: opencl or llvm "
+            "(for IREE: `autosched iree annotate` or `autosched iree spec`, then iree-compile)"
+        )
     if target not in TARGETS:
         raise InvalidInputError(
             f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}"

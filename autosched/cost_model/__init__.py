@@ -1,6 +1,12 @@
 """Learned cost models: rank candidate configs so only promising ones are measured."""
 
-from autosched.cost_model.features import CORE_FEATURES, feature_names, featurize, prior_score
+from autosched.cost_model.features import (
+    CORE_FEATURES,
+    DEVICE_FEATURES,
+    feature_names,
+    featurize,
+    prior_score,
+)
 from autosched.cost_model.model import (
     DEFAULT_KIND,
     KINDS,
@@ -17,6 +23,7 @@ from autosched.cost_model.model import (
 __all__ = [
     "CORE_FEATURES",
     "DEFAULT_KIND",
+    "DEVICE_FEATURES",
     "KINDS",
     "CostModel",
     "HistGBModel",

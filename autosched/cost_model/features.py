@@ -1,14 +1,16 @@
 """Features of schedule configs for the cost model.
 
 A feature row is the space's hand-made description of a config
-(:meth:`autosched.space.space.Space.describe`) followed by workload-level features
-(log2 of every spatial and reduction extent, log2 of the flops and of the output
-size), so that one model can rank configs of different shapes of the same operator.
+(:meth:`autosched.space.space.Space.describe`), the device's own properties (from its
+fingerprint, see :mod:`autosched.space.device`: fp32 lanes of a native vector, vector
+registers, compute units, local memory) and workload-level features (log2 of every
+spatial and reduction extent, log2 of the flops and of the output size), so that one
+model can rank configs of different shapes of the same operator, and of other devices.
 
-Column order is fixed: :data:`CORE_FEATURES` come first, at the same positions for
-every space (a name the space does not describe reads 0), which lets
-:func:`prior_score` work on a bare matrix. Then the rest of ``describe``'s names in
-the order it gives them, then the workload features.
+Column order is fixed: :data:`CORE_FEATURES` and :data:`DEVICE_FEATURES` come first,
+at the same positions for every space (a name the space does not describe reads 0),
+which lets :func:`prior_score` work on a bare matrix. Then the rest of ``describe``'s
+names in the order it gives them, then the workload features.
 
 Rows are cached per space and config: a search loop that re-scores its population
 pays for each config once.
@@ -44,10 +46,31 @@ CORE_FEATURES: tuple[str, ...] = (
     "log_work_items",
     "log_unroll",
 )
+# The device's own properties, the same for every config of a space.
+DEVICE_FEATURES: tuple[str, ...] = (
+    "dev_log_lanes",
+    "dev_log_registers",
+    "dev_log_units",
+    "dev_is_cpu",
+    "dev_log_local_kb",
+    "dev_local_emulated",
+)
 
 _CACHE_LIMIT = 200_000  # rows per space; a search over millions of configs starts afresh
 _caches: weakref.WeakKeyDictionary[Space, dict[Config, np.ndarray]] = weakref.WeakKeyDictionary()
 _names: weakref.WeakKeyDictionary[Space, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _device_features(space: Space) -> dict[str, float]:
+    lim = space.limits
+    return {
+        "dev_log_lanes": math.log2(max(1, lim.vector_lanes)),
+        "dev_log_registers": math.log2(max(1, lim.vector_registers)),
+        "dev_log_units": math.log2(max(1, lim.compute_units, lim.cores)),
+        "dev_is_cpu": float(lim.is_cpu),
+        "dev_log_local_kb": math.log2(1 + lim.local_mem_bytes / 1024),
+        "dev_local_emulated": float(lim.local_mem_emulated),
+    }
 
 
 def _workload_features(space: Space) -> dict[str, float]:
@@ -65,7 +88,7 @@ def feature_names(space: Space) -> list[str]:
     if names is None:
         described = list(space.describe(space.default()))
         rest = [n for n in described if n not in CORE_FEATURES]
-        names = (*CORE_FEATURES, *rest, *_workload_features(space))
+        names = (*CORE_FEATURES, *DEVICE_FEATURES, *rest, *_workload_features(space))
         _names[space] = names
     return list(names)
 
@@ -91,6 +114,7 @@ def featurize(
         cache = _caches[space] = {}
     rows = np.empty((len(configs), len(own)), dtype=np.float32)
     workload = _workload_features(space)
+    workload.update(_device_features(space))
     for i, config in enumerate(configs):
         row = cache.get(config)
         if row is None:
@@ -114,24 +138,38 @@ def featurize(
 def prior_score(X: np.ndarray) -> np.ndarray:
     """A score without any measurement (higher = expected faster), from core features.
 
-    Rewards what pays on every device we target and most on CPUs (see DESIGN.md):
-    wide explicit vectors, a register tile up to 256 accumulators, operand reuse
-    (intensity), unrolling a little, and enough work-groups to fill the cores;
-    penalises staging through local memory.
+    Everything device-specific comes from the device's columns, never from a constant
+    tuned on one machine: vectors up to twice the device's native vector (two
+    registers per operation; the replay caches of PoCL on an AVX2 Zen 3 and an AVX-512
+    Zen 4 both rank that width first; wider is penalised), a register tile up to what the vector
+    registers hold (three quarters of them, the rest for operands; past that it
+    spills), operand reuse (intensity), a little unrolling, and enough work-groups to
+    fill the compute units. Staging through local memory is penalised only where the
+    device says its local memory is emulated in ordinary memory (OpenCL CPU drivers);
+    where it is dedicated, whether staging pays differs between devices, and their
+    measurements decide.
+    The search weighs this prior by how well it ranks the device's own measurements
+    (:mod:`autosched.search.evolutionary`), so a wrong prior fades.
     """
     X = np.asarray(X, dtype=np.float64)
-    if X.ndim != 2 or X.shape[1] < len(CORE_FEATURES):
+    width = len(CORE_FEATURES) + len(DEVICE_FEATURES)
+    if X.ndim != 2 or X.shape[1] < width:
         raise InvalidInputError(
             f"X of shape {X.shape} is not a feature matrix; accepted: featurize() output, "
-            f"whose first {len(CORE_FEATURES)} columns are {', '.join(CORE_FEATURES)}"
+            f"whose first {width} columns are {', '.join(CORE_FEATURES + DEVICE_FEATURES)}"
         )
-    c = {n: X[:, j] for j, n in enumerate(CORE_FEATURES)}
+    c = {n: X[:, j] for j, n in enumerate(CORE_FEATURES + DEVICE_FEATURES)}
+    lanes = c["dev_log_lanes"]
+    capacity = lanes + c["dev_log_registers"] + np.log2(0.75)
+    gpu = 1.0 - c["dev_is_cpu"]
     return (
-        1.0 * c["log_vec"]
-        + 0.5 * np.minimum(c["log_reg"], 8.0)
+        np.minimum(c["log_vec"], lanes + 1.0)
+        - np.maximum(0.0, c["log_vec"] - lanes - 1.0)
+        + 0.5 * np.minimum(c["log_reg"], capacity)
+        - 1.0 * np.maximum(0.0, c["log_reg"] - capacity)
         + 0.5 * np.log2(1.0 + np.maximum(c["intensity"], 0.0))
         + 0.25 * np.minimum(c["log_unroll"], 1.0)
-        - 1.0 * c["staged"]
-        - 0.5 * np.maximum(0.0, 4.0 - c["log_groups"])
-        - 0.25 * np.maximum(0.0, c["log_threads"] - 6.0)
+        - 0.5 * np.maximum(0.0, c["dev_log_units"] + 1.0 - c["log_groups"])
+        + 0.25 * gpu * np.minimum(c["log_threads"], 8.0)
+        - 1.0 * c["staged"] * c["dev_local_emulated"]
     )

@@ -19,7 +19,9 @@ import dask
 from distributed import Client, Nanny, Scheduler, SpecCluster, wait
 
 from autosched.farm.worker import describe, nanny_options, resource_name, run_batch
-from autosched.tuning.runner import BatchRequest, LostBatch, Slot
+from autosched.ops import Workload
+from autosched.space.space import Space
+from autosched.tuning.runner import BatchRequest, LostBatch, Slot, device_space
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,9 @@ class DaskRunner:
         self.client.close()
         self.client = client
         return True
+
+    def space(self, workload: Workload, *, target: str, slot: Slot) -> Space:
+        return device_space(workload, target=target, slot=slot)
 
     def slots(self) -> list[Slot]:
         if not self._connected():
@@ -118,9 +123,10 @@ def _with_count(slot: Slot, count: int) -> Slot:
 def local_devices(targets: Sequence[str]) -> dict[str, list[tuple[str, str | None]]]:
     """Workers for this machine: ``{worker name: [(target, selector), ...]}``.
 
-    Every OpenCL device that is a GPU or accelerator gets a worker of its own. OpenCL
-    CPU devices and the llvm target all run on this machine's CPU, so they share one
-    worker ("host"): it runs one batch at a time, and no two timings overlap there.
+    Every OpenCL or Vulkan device that is a GPU or accelerator gets a worker of its own.
+    OpenCL CPU devices, a CPU Vulkan driver (lavapipe) and the llvm and iree-llvm-cpu
+    targets all run on this machine's CPU, so they share one worker ("host"): it runs
+    one batch at a time, and no two timings overlap there.
     """
     workers: dict[str, list[tuple[str, str | None]]] = {}
     if "opencl" in targets:
@@ -133,6 +139,16 @@ def local_devices(targets: Sequence[str]) -> dict[str, list[tuple[str, str | Non
                 workers[f"opencl-{dev.index}"] = [("opencl", dev.selector)]
     if "llvm" in targets:
         workers.setdefault("host", []).append(("llvm", None))
+    if "iree-llvm-cpu" in targets:
+        workers.setdefault("host", []).append(("iree-llvm-cpu", None))
+    if "iree-vulkan" in targets:
+        from autosched.measure.iree_device import vulkan_devices
+
+        for dev in vulkan_devices():  # a CPU driver (lavapipe) runs on the host's cores
+            if dev.type == "cpu":
+                workers.setdefault("host", []).append(("iree-vulkan", dev.selector))
+            else:
+                workers[f"vulkan-{dev.index}"] = [("iree-vulkan", dev.selector)]
     return workers
 
 
@@ -153,6 +169,7 @@ def local_cluster(targets: Sequence[str]) -> SpecCluster:
         "cls": Scheduler,
         "options": {"host": "127.0.0.1", "port": 0, "dashboard": False},
     }
+    _quiet_resource_tracker()
     # The workers are this process's children: Ctrl-C at a terminal is for this process,
     # which closes them in order. Started with SIGINT ignored, they inherit that.
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -160,3 +177,19 @@ def local_cluster(targets: Sequence[str]) -> SpecCluster:
         return SpecCluster(workers=specs, scheduler=scheduler, silence_logs=logging.ERROR)
     finally:
         signal.signal(signal.SIGINT, previous)
+
+
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (shared with the spawned workers) with its
+    leak warning off. Workers stopped on Ctrl-C or at a deadline may leave semaphores
+    registered; the tracker unlinks them at exit either way, and its note about doing so
+    would be a stray line after the job's last one."""
+    import sys
+    from multiprocessing import resource_tracker
+
+    flag = "ignore::UserWarning:multiprocessing.resource_tracker"
+    sys.warnoptions.append(flag)
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions.remove(flag)

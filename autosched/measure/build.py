@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
+from autosched.iree import IREE_TARGETS
 from autosched.measure.program import CpuProgram, KernelLaunch, KernelProgram, Program
 from autosched.ops.base import TensorSpec
 from autosched.space.config import Config
-from autosched.space.schedule import prim_func_tensors, schedule
+from autosched.space.schedule import param_names, schedule
 from autosched.space.space import Space
 
 if TYPE_CHECKING:
@@ -37,14 +38,19 @@ class BuildResult:
 def build(space: Space, config: Config) -> Program:
     """Build ``config`` for the space's target.
 
-    Returns a :class:`KernelProgram` (OpenCL) or a :class:`CpuProgram` (llvm). Raises
+    Returns a :class:`KernelProgram` (OpenCL), a :class:`CpuProgram` (llvm) or an
+    :class:`IreeProgram` (the IREE targets). Raises
     ScheduleError (invalid) or other errors (build).
     """
     if space.target == "llvm":
         return _build_cpu(space, config)
+    if space.target in IREE_TARGETS:
+        from autosched.iree.build import build_iree
+
+        return build_iree(space, config)  # type: ignore[arg-type]
     mod = schedule(space, config)
     tensors = space.workload.tensor_specs(scratch=space.scratch(config))
-    names = [t.name for t in prim_func_tensors(space, config)]
+    names = param_names(mod)
     assert names == [t.name for t in tensors], (names, tensors)
     return opencl_program(mod, tensors)
 
@@ -109,7 +115,7 @@ def _build_cpu(space: Space, config: Config) -> CpuProgram:
     target = host_cpu().tvm_target()
     executable = tvm.compile(mod, target=tvm.target.Target(target))
     tensors = space.workload.tensor_specs(scratch=space.scratch(config))
-    names = [t.name for t in prim_func_tensors(space, config)]
+    names = param_names(mod)
     assert names == [t.name for t in tensors], (names, tensors)
     with tempfile.TemporaryDirectory(prefix="autosched-build-") as tmp:
         path = Path(tmp) / "kernel.so"

@@ -19,6 +19,7 @@ from typing import Any
 from autosched._version import __version__, tvm_version
 from autosched.errors import InvalidInputError
 from autosched.records.record import canonical_json
+from autosched.space.device import device_limits
 from autosched.space.space import DeviceLimits
 
 # Instruction-set extensions that change what LLVM emits for these kernels.
@@ -79,13 +80,7 @@ class HostCPU:
 
     @property
     def limits(self) -> DeviceLimits:
-        return DeviceLimits(
-            max_work_group_size=1,
-            max_work_item_size=1,
-            local_mem_bytes=0,
-            is_cpu=True,
-            cores=self.cores,
-        )
+        return device_limits(self.fingerprint(), "llvm")
 
     def tvm_target(self) -> dict[str, Any]:
         """The TVM target (as the dict ``tvm.target.Target`` takes) kernels are built for."""

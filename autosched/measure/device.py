@@ -14,9 +14,11 @@ from functools import lru_cache
 
 from autosched._version import __version__, tvm_version
 from autosched.errors import DeviceError, InvalidInputError
+from autosched.iree import IREE_TARGETS
 from autosched.measure.cpu import HostCPU, select_host
 from autosched.records.record import canonical_json
-from autosched.space.space import TARGETS, DeviceLimits
+from autosched.space.device import device_limits
+from autosched.space.space import ALL_TARGETS, DeviceLimits
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,8 @@ class Device:
     max_work_item_sizes: tuple[int, ...]
     local_mem_bytes: int
     global_mem_bytes: int
+    native_vector_width_float: int = 0
+    local_mem_type: str = ""  # "local" (dedicated) or "global" (emulated in memory)
 
     @property
     def selector(self) -> str:
@@ -45,12 +49,7 @@ class Device:
 
     @property
     def limits(self) -> DeviceLimits:
-        return DeviceLimits(
-            max_work_group_size=self.max_work_group_size,
-            max_work_item_size=self.max_work_item_sizes[0],
-            local_mem_bytes=self.local_mem_bytes,
-            is_cpu=self.type == "cpu",
-        )
+        return device_limits(self.fingerprint(), "opencl")
 
     def fingerprint(self, target: str = "opencl") -> dict:
         """Everything that can change a measurement: hardware, driver, compilers."""
@@ -78,6 +77,7 @@ class Device:
 
 
 _TYPES = {2: "cpu", 4: "gpu", 8: "accelerator"}
+_LOCAL_MEM_TYPES = {1: "local", 2: "global"}
 
 
 @lru_cache(maxsize=1)
@@ -112,6 +112,8 @@ def list_devices() -> tuple[Device, ...]:
                     max_work_item_sizes=tuple(int(x) for x in d.max_work_item_sizes),
                     local_mem_bytes=int(d.local_mem_size),
                     global_mem_bytes=int(d.global_mem_size),
+                    native_vector_width_float=int(d.native_vector_width_float),
+                    local_mem_type=_LOCAL_MEM_TYPES.get(int(d.local_mem_type), ""),
                 )
             )
     if not out:
@@ -128,16 +130,30 @@ def select_device(
     index into ``list_devices()`` (``"0"``), ``"platform:device"`` (``"0:1"``), or a
     substring of the device or platform name (case-insensitive, ``"pthread"``).
     For ``"llvm"`` the device is the host CPU: None, ``0``, ``host``, ``cpu`` or part
-    of its name. A device object is returned as it is if it serves ``target``.
+    of its name. For the IREE targets see
+    :func:`autosched.measure.iree_device.select_iree_device`. A device object is
+    returned as it is if it serves ``target``.
 
     Raises:
         InvalidInputError: no such device, or a device that does not serve ``target``.
         DeviceError: no OpenCL platform (``"opencl"`` only).
     """
-    if target not in TARGETS:
+    if target not in ALL_TARGETS:
         raise InvalidInputError(
-            f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}"
+            f"target {target!r} is not supported; accepted: {', '.join(ALL_TARGETS)}"
         )
+    if target in IREE_TARGETS:
+        from autosched.measure.iree_device import IreeDevice, select_iree_device
+
+        if isinstance(selector, IreeDevice):
+            selector.fingerprint(target)  # raises for a device of the other IREE target
+            return selector
+        if isinstance(selector, (Device, HostCPU)):
+            raise InvalidInputError(
+                f"device {selector.name!r} does not serve target {target!r}; accepted: "
+                f"a device of target {target!r}"
+            )
+        return select_iree_device(selector, target)
     if isinstance(selector, (Device, HostCPU)):
         if isinstance(selector, HostCPU) != (target == "llvm"):
             serves = "llvm" if isinstance(selector, HostCPU) else "opencl"

@@ -2,7 +2,8 @@
 
 A program says which runner it needs through its ``kind``: ``"opencl"`` programs are
 OpenCL C launched through pyopencl, ``"llvm"`` programs are shared libraries from
-TVM's LLVM code generation, called through TVM's runtime on the host CPU.
+TVM's LLVM code generation, called through TVM's runtime on the host CPU; ``"iree"``
+programs are IREE modules run through ``iree.runtime``.
 """
 
 from __future__ import annotations
@@ -61,4 +62,24 @@ class CpuProgram:
     target: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
 
 
-Program = KernelProgram | CpuProgram
+@dataclass(frozen=True)
+class IreeProgram:
+    """An IREE module (``.vmfb``) for one runtime driver, as bytes.
+
+    Attributes:
+        module: the compiled module; ``@main`` takes the inputs of ``tensors`` in order
+            and returns the outputs.
+        driver: the IREE runtime driver it runs on (``local-task``, ``vulkan``).
+        tensors: the workload's inputs and outputs, as in :class:`KernelProgram`.
+        mlir: the annotated MLIR it was compiled from (for the record and for debugging).
+    """
+
+    kind: ClassVar[str] = "iree"
+
+    module: bytes = field(repr=False)
+    driver: str
+    tensors: tuple[TensorSpec, ...]
+    mlir: str = field(default="", repr=False, hash=False, compare=False)
+
+
+Program = KernelProgram | CpuProgram | IreeProgram

@@ -222,14 +222,23 @@ class CpuRunner:
             start = time.perf_counter()
             func(*args)
             estimate = max(time.perf_counter() - start, 1e-7)
-            number = max(1, min(1000, math.ceil(self.MIN_SAMPLE_S / estimate)))
-            repeats = math.ceil(options.min_time_s / (number * estimate))
-            repeats = max(options.min_repeats, min(options.max_repeats, repeats))
+            number, repeats = timing_plan(estimate, options, min_sample_s=self.MIN_SAMPLE_S)
             timer = module.time_evaluator(program.entry, self.dev, number=number, repeat=repeats)
             latencies = tuple(float(t) for t in timer(*args).results)
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"call failed: {_first_lines(exc)}")
         return RunOutcome(OK, "", latencies, compile_s)
+
+
+def timing_plan(
+    estimate_s: float, options: TimingOptions, *, min_sample_s: float
+) -> tuple[int, int]:
+    """``(calls per sample, samples)`` for a host-timed kernel whose one call took
+    ``estimate_s``: each sample lasts at least ``min_sample_s`` (at most 1000 calls), and
+    the samples fill ``options.min_time_s`` within the repeat bounds."""
+    number = max(1, min(1000, math.ceil(min_sample_s / estimate_s)))
+    repeats = math.ceil(options.min_time_s / (number * estimate_s))
+    return number, max(options.min_repeats, min(options.max_repeats, repeats))
 
 
 def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
+from autosched.measure.iree_device import IreeDevice
 from autosched.measure.lifeline import exit_with_parent
 from autosched.measure.program import Program
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
@@ -32,7 +33,8 @@ _START_TIMEOUT_S = 120.0
 
 
 def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> None:
-    """``device_spec``: ``("opencl", platform_index, device_index)`` or ``("llvm",)``."""
+    """``device_spec``: ``("opencl", platform_index, device_index)``, ``("llvm",)`` or
+    ``("iree", driver, threads)``."""
     os.environ.update(env)  # before pyopencl loads the ICD, before TVM starts its threads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     exit_with_parent()  # a hung kernel must not outlive a killed tuner
@@ -46,6 +48,10 @@ def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> 
                 from autosched.measure.runner import OpenCLRunner
 
                 runners[kind] = OpenCLRunner(device_spec[1], device_spec[2])
+            elif kind == "iree":
+                from autosched.measure.iree_runner import IreeRunner
+
+                runners[kind] = IreeRunner(device_spec[1], device_spec[2])
             else:
                 from autosched.measure.runner import CpuRunner
 
@@ -148,7 +154,7 @@ class MeasureWorker:
         timeout_s: limit per candidate (loading or compiling, check and all repeats).
     """
 
-    def __init__(self, device: Device | HostCPU, *, timeout_s: float = 30.0) -> None:
+    def __init__(self, device: Device | HostCPU | IreeDevice, *, timeout_s: float = 30.0) -> None:
         self.device = device
         self.timeout_s = timeout_s
         self._proc: mp.Process | None = None
@@ -161,6 +167,10 @@ class MeasureWorker:
         self.restarts = 0
 
     def _spec(self) -> tuple[tuple, dict[str, str]]:
+        if isinstance(self.device, IreeDevice):
+            # lavapipe sizes its thread pool from the machine unless told.
+            env = {"LP_NUM_THREADS": str(self.device.cores)} if self.device.type == "cpu" else {}
+            return ("iree", self.device.driver, self.device.cores), env
         if isinstance(self.device, HostCPU):
             # TVM's pool otherwise sizes itself from the machine, not from what we may use.
             return ("llvm",), {"TVM_NUM_THREADS": str(self.device.cores)}

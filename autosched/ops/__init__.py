@@ -10,6 +10,7 @@ from autosched.ops.batch_matmul import BatchMatmul
 from autosched.ops.conv2d import Conv2d, DepthwiseConv2d
 from autosched.ops.dense import Dense
 from autosched.ops.elementwise import Elementwise
+from autosched.ops.fused import FusedFunc
 from autosched.ops.matmul import Matmul
 from autosched.ops.rowwise import LayerNorm, Reduce, Softmax
 
@@ -52,6 +53,8 @@ def workload(op: str, **params: Any) -> Workload:
 
 def workload_from_json(data: dict[str, Any]) -> Workload:
     """Inverse of ``Workload.to_json()``."""
+    if data.get("op") == FusedFunc.op:
+        return FusedFunc(data["params"]["script"], dtype=data.get("dtype", "float32"))
     return workload(data["op"], **data["params"], dtype=data.get("dtype", "float32"))
 
 
@@ -62,6 +65,7 @@ __all__ = [
     "Dense",
     "DepthwiseConv2d",
     "Elementwise",
+    "FusedFunc",
     "LayerNorm",
     "Matmul",
     "Reduce",

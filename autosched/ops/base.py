@@ -133,6 +133,22 @@ class Workload:
         return 1e-4, 1e-4
 
     # -- derived ----------------------------------------------------------------------
+    def prim_func(self, *, scratch: Iterable[str] = ()) -> Any:
+        """The unscheduled ``tvm.tirx.PrimFunc`` the spaces read and schedule: TE's
+        ``create_prim_func`` of :meth:`stages` (inputs, outputs, then the intermediates
+        named in ``scratch`` as extra parameters, as :meth:`tensor_specs` lists them)."""
+        from tvm import te
+
+        st = self.stages()
+        wanted = set(scratch)
+        extra = [t for t in st.intermediates if t.op.name in wanted]
+        return te.create_prim_func([*st.inputs, *st.outputs, *extra])
+
+    def main_stage(self) -> str | None:
+        """The name of the stage a contraction space tiles, when the workload says."""
+        main = self.stages().main
+        return main.op.name if main is not None else None
+
     def tensor_specs(self, *, scratch: Iterable[str] = ()) -> list[TensorSpec]:
         """Kernel arguments in PrimFunc order: inputs, outputs, then the intermediates
         named in ``scratch`` (those a schedule keeps in global memory), in compute order."""

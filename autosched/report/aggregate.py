@@ -32,35 +32,13 @@ from autosched.report.sections import (
     Section,
     VendorFigure,
 )
+from autosched.space.device import device_limits
 from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
 
 TOP_CONFIGS = 10
-
-
-def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
-    """The limits a device's fingerprint (``Record.device``) implies for ``target``.
-
-    Raises:
-        KeyError, TypeError, ValueError: the fingerprint lacks a field the target needs.
-    """
-    if target == "llvm":
-        return DeviceLimits(
-            max_work_group_size=1,
-            max_work_item_size=1,
-            local_mem_bytes=0,
-            is_cpu=True,
-            cores=max(1, int(device.get("compute_units") or 1)),
-        )
-    sizes = device.get("max_work_item_sizes") or [device["max_work_group_size"]]
-    return DeviceLimits(
-        max_work_group_size=int(device["max_work_group_size"]),
-        max_work_item_size=int(sizes[0]),
-        local_mem_bytes=int(device["local_mem_bytes"]),
-        is_cpu=device.get("type") == "cpu",
-    )
 
 
 class SpaceCache:

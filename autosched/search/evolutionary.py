@@ -1,22 +1,27 @@
 """Model-guided evolutionary search: the default strategy.
 
-Each batch: retrain the cost model on every record seen (this workload and, for
-transfer, other shapes of the same operator on the same device family); grow a
-population from random valid configs and mutations of the best measured ones; evolve
-it for a few generations by mutation and crossover, ranking by the model; then
-propose the model's top picks, with an epsilon share of random configs so the model
-keeps seeing where it is wrong.
+Each batch: refit the blend of sources (:mod:`autosched.search.sources`: the device
+prior, transfer models of other device families, and an ensemble fitted on this device
+family's records, every source weighed by how well it ranks this workload's own
+measurements); grow a population from random valid configs, mutations of the best
+measured ones and the best configs other devices found; evolve it for a few
+generations by mutation and crossover, ranking by the blend; then propose the blend's
+top picks, each differing from the others of its batch in at least two knobs, with an
+``epsilon`` share of random configs so the model keeps seeing where it is wrong.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from autosched.errors import AutoschedError
 from autosched.records.record import Record
 from autosched.search.base import score
+from autosched.search.sources import Blend
 from autosched.space.config import Config
 from autosched.space.space import Space
 
@@ -27,11 +32,15 @@ class EvolutionarySearch:
     """Args:
     space: the space to search.
     rng: the only source of randomness.
-    space_for: builds the Space of another workload (JSON) for transfer records.
+    space_for: builds the Space of another workload (JSON) on this device, for records
+        of other shapes.
+    family: this device's family (``Record.device_family``). Records of other families
+        are transfer sources; with None every record counts as this device's.
     population: random configs drawn per batch.
-    generations: rounds of mutation and crossover ranked by the model.
-    elites: best configs (by the model) kept as parents each generation.
+    generations: rounds of mutation and crossover ranked by the blend.
+    elites: best configs (by the blend) kept as parents each generation.
     epsilon: share of each batch proposed at random.
+    kappa: weight of the own ensemble's spread (exploration) in its score.
     model_kind: cost model kind for ``autosched.cost_model.make_model``.
     """
 
@@ -43,69 +52,81 @@ class EvolutionarySearch:
         *,
         rng: np.random.Generator,
         space_for: Callable[[dict], Space] | None = None,
+        family: str | None = None,
         population: int = 512,
         generations: int = 4,
         elites: int = 32,
         epsilon: float = 0.1,
+        kappa: float = 1.0,
         model_kind: str | None = None,
-        trust_after: int = 64,
     ) -> None:
-        from autosched.cost_model import DEFAULT_KIND, make_model
-
         self.space = space
         self.rng = rng
         self.space_for = space_for or (lambda _w: space)
+        self.family = family
         self.population = population
         self.generations = generations
         self.elites = elites
         self.epsilon = epsilon
-        self.trust_after = trust_after
-        self.model = make_model(model_kind or DEFAULT_KIND, seed=int(rng.integers(2**31)))
-        self.records: list[Record] = []
+        self.blend = Blend(space, seed=int(rng.integers(2**31)), kappa=kappa, model_kind=model_kind)
+        self.own: list[Record] = []
+        self.others: dict[str, list[Record]] = defaultdict(list)
         self.seen: set[str] = set()
+        self._kind: dict[str, bool] = {}  # workload key -> its space is of this kind
         self._dirty = True
 
     def observe(self, records: Sequence[Record]) -> None:
-        self.records.extend(records)
         key = self.space.workload.key
-        self.seen.update(r.config_key for r in records if r.workload_key == key)
+        for r in records:
+            if self.family is None or r.device_family == self.family:
+                self.own.append(r)
+                if r.workload_key == key:
+                    self.seen.add(r.config_key)
+            else:
+                self.others[r.device_family].append(r)
         self._dirty = True
 
-    def _fit(self) -> None:
-        from autosched.cost_model import feature_names, training_set
+    def _kin(self, records: Sequence[Record], space_for: Callable[[dict], Space]) -> list[Record]:
+        """The records whose workload has a space of this one's kind: an operator's
+        records may span space families (a model's fused functions are all op
+        ``fused``: convolutions and softmaxes), and only one family's knobs line up."""
+        key = self.space.workload.key
+        out = []
+        for r in records:
+            if r.workload_key not in self._kind:
+                try:
+                    same = type(space_for(r.workload)) is type(self.space)
+                except AutoschedError:  # a workload this version cannot rebuild
+                    same = False
+                self._kind[r.workload_key] = r.workload_key == key or same
+            if self._kind[r.workload_key]:
+                out.append(r)
+        return out
 
+    def _fit(self) -> None:
         if not self._dirty:
             return
-        # Columns of this space, so transfer records line up with the candidates.
-        X, y, groups = training_set(self.records, self.space_for, names=feature_names(self.space))
-        self.model.fit(X, y, groups)
+        for family, recs in self.others.items():
+            space_for = _other_space(self.space, recs[0].device)
+            kin = self._kin(recs, space_for)
+            if kin:
+                self.blend.add_transfer(family, kin, space_for)
+        key = self.space.workload.key
+        mine = [r for r in self.own if r.workload_key == key]
+        rest = self._kin([r for r in self.own if r.workload_key != key], self.space_for)
+        self.blend.refit(mine + rest, mine, self.space_for)
         self._dirty = False
-
-    def _predict(self, configs: Sequence[Config]) -> np.ndarray:
-        """Model score, blended with the feature prior while the model has seen little.
-
-        A model fitted on a first batch of similar, good configs extrapolates wildly
-        to the rest of the space; until ``trust_after`` ok records are in, its ranking
-        is averaged with the prior's.
-        """
-        from autosched.cost_model import featurize, prior_score
-
-        X = featurize(self.space, configs)
-        model = np.asarray(self.model.predict(X), dtype=float)
-        n_ok = sum(1 for r in self.records if r.ok)
-        weight = (
-            min(1.0, n_ok / self.trust_after) if getattr(self.model, "is_fitted", True) else 0.0
-        )
-        if weight >= 1.0:
-            return model
-        return weight * _ranks(model) + (1.0 - weight) * _ranks(prior_score(X))
 
     def _parents(self) -> list[Config]:
         key = self.space.workload.key
         mine = sorted(
-            (r for r in self.records if r.workload_key == key and r.ok), key=score, reverse=True
+            (r for r in self.own if r.workload_key == key and r.ok), key=score, reverse=True
         )
         parents = [Config(r.config) for r in mine[: self.elites]]
+        # What other devices found best for this workload, where valid here.
+        for recs in self.others.values():
+            theirs = sorted((r for r in recs if r.workload_key == key and r.ok), key=score)
+            parents += [Config(r.config) for r in theirs[::-1][: max(1, self.elites // 4)]]
         return [c for c in parents if self.space.is_valid(c)]
 
     def propose(self, n: int):
@@ -114,13 +135,14 @@ class EvolutionarySearch:
         for c in self.space.sample(self.rng, self.population):
             pool[c.key] = c
         for parent in self._parents():
+            pool.setdefault(parent.key, parent)
             for _ in range(4):
                 child = self.space.mutate(parent, self.rng)
                 if child is not None:
                     pool[child.key] = child
         for _ in range(self.generations):
             configs = list(pool.values())
-            scores = self._predict(configs)
+            scores = self.blend.score(configs)
             order = np.argsort(-scores)
             elite = [configs[i] for i in order[: self.elites]]
             for _ in range(len(elite) * 2):
@@ -137,20 +159,47 @@ class EvolutionarySearch:
             fresh = [c for c in self.space.sample(self.rng, 4 * n) if c.key not in self.seen]
             if not fresh:
                 return None
-        scores = self._predict(fresh)
-        ranked = [fresh[i] for i in np.argsort(-scores)]
+        scores = self.blend.score(fresh)
+        ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
         n_random = int(round(self.epsilon * n))
-        picked = ranked[: n - n_random]
-        rest = ranked[n - n_random :]
+        picked = diverse(ranked, n - n_random)
+        chosen = {c.key for c in picked}
+        rest = [c for c in ranked if c.key not in chosen]
         if n_random and rest:
             idx = self.rng.choice(len(rest), size=min(n_random, len(rest)), replace=False)
-            picked += [rest[i] for i in idx]
+            picked += [rest[i] for i in sorted(idx)]
         self.seen.update(c.key for c in picked)
         return picked
 
 
-def _ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks scaled to [0, 1] (ties broken by order): comparable across scorers."""
-    if len(values) < 2:
-        return np.zeros(len(values))
-    return np.argsort(np.argsort(values, kind="stable"), kind="stable") / (len(values) - 1)
+def diverse(ranked: Sequence[Config], n: int, *, min_distance: int = 2) -> list[Config]:
+    """The first ``n`` of ``ranked`` that differ pairwise in at least ``min_distance``
+    knobs; short of that, the best of the rest fill the batch."""
+    picked: list[Config] = []
+    skipped: list[Config] = []
+    for c in ranked:
+        if len(picked) >= n:
+            break
+        if all(sum(c[k] != p[k] for k in c) >= min_distance for p in picked):
+            picked.append(c)
+        else:
+            skipped.append(c)
+    return picked + skipped[: n - len(picked)]
+
+
+def _other_space(space: Space, device: dict) -> Callable[[dict], Space]:
+    """Spaces of workloads measured on another device (its own limits and features)."""
+    from autosched.ops import workload_from_json
+    from autosched.space.device import device_limits
+    from autosched.space.select import make_space
+
+    limits = device_limits(device, space.target)
+    cache: dict[str, Space] = {}
+
+    def space_for(wl_json: dict) -> Space:
+        wl = workload_from_json(wl_json)
+        if wl.key not in cache:
+            cache[wl.key] = make_space(wl, target=space.target, limits=limits)
+        return cache[wl.key]
+
+    return space_for

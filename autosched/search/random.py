@@ -13,7 +13,10 @@ from autosched.space.space import Space
 class RandomSearch:
     name = "random"
 
-    def __init__(self, space: Space, *, rng: np.random.Generator) -> None:
+    def __init__(
+        self, space: Space, *, rng: np.random.Generator, family: str | None = None
+    ) -> None:
+        self.family = family  # records of other device families are not this device's
         self.space = space
         self.rng = rng
         self.seen: set[str] = set()
@@ -29,4 +32,9 @@ class RandomSearch:
         return out or None
 
     def observe(self, records: Sequence[Record]) -> None:
-        self.seen.update(r.config_key for r in records if r.workload_key == self.space.workload.key)
+        key = self.space.workload.key
+        self.seen.update(
+            r.config_key
+            for r in records
+            if r.workload_key == key and self.family in (None, r.device_family)
+        )

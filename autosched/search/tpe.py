@@ -21,7 +21,10 @@ class TPESearch:
 
     name = "tpe"
 
-    def __init__(self, space: Space, *, rng: np.random.Generator) -> None:
+    def __init__(
+        self, space: Space, *, rng: np.random.Generator, family: str | None = None
+    ) -> None:
+        self.family = family  # records of other device families are not this device's
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -70,7 +73,10 @@ class TPESearch:
     def observe(self, records: Sequence[Record]) -> None:
         known = self._known
         for r in records:
-            if r.workload_key != self.space.workload.key:
+            if r.workload_key != self.space.workload.key or self.family not in (
+                None,
+                r.device_family,
+            ):
                 continue
             value = score(r)
             known[r.config_key] = max(value, known.get(r.config_key, 0.0))

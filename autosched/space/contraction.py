@@ -25,6 +25,20 @@ Knobs for ``target="opencl"`` (all derived from the loop nest, see
   memory straight from the unpadded data); ``False`` runs it as its own kernel that
   writes the padded tensor to global memory.
 
+Tiles need not divide their axes. Each knob offers, besides the divisors of the axis,
+the powers of two that pad it by at most :data:`~autosched.space.space.MAX_PAD_WASTE`
+(a prime axis of 127 gets register tiles of 8 and 16, a reduction of 333 chunks of 64);
+the last tile along the axis is cut short by a guard (TVM's split with a non-dividing
+factor predicates the block). The vector lanes are split off the innermost axis first, so
+its guard is on whole vectors and the lanes stay one vector instruction (a guard on the
+lanes would make TVM scalarise them). ``vec`` divides the innermost axis, or, where the
+nest reads its inputs at plain axes (matmul, dense, batch matmul: TVM's ``pad_einsum``
+applies), the axis is padded to whole vectors (a vector tail): the inputs it indexes are
+zero-padded where they are staged or packed (llvm: unpacked ones in a padded copy;
+OpenCL requires them staged in local memory, since padding them inline guards every lane
+and TVM scalarises that), the accumulators cover the padded tile, and the write-back
+stores only the real outputs. A prime N of 509 gets ``vec=16``.
+
 Register accumulators are always used (``cache_write`` to local scope): there is no
 device on which accumulating through global memory wins.
 
@@ -63,7 +77,16 @@ import numpy as np
 
 from autosched.space.config import Config
 from autosched.space.loopnest import LoopNest, analyze
-from autosched.space.space import UNROLLS, VECTOR_WIDTHS, Knob, Space
+from autosched.space.space import (
+    MAX_PAD_WASTE,
+    UNROLLS,
+    VECTOR_WIDTHS,
+    Knob,
+    Space,
+    fits,
+    padded,
+    tile_sizes,
+)
 from autosched.space.space import divisors as _divisors
 
 MAX_REG_ELEMS = 256  # accumulators per work-item; past this every device spills
@@ -102,10 +125,9 @@ class ContractionSpace(Space):
         for ax in self.nest.spatial:
             pairs = [
                 (t, r)
-                for t in _divisors(ax.extent)
-                if t <= MAX_THREADS_PER_AXIS
-                for r in _divisors(ax.extent // t)
-                if r <= MAX_REG_PER_AXIS
+                for t in tile_sizes(ax.extent, MAX_THREADS_PER_AXIS)
+                for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS)
+                if fits(ax.extent, t * r)
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
         knobs += self._reduction_and_vec_knobs(MAX_CHUNK)
@@ -117,15 +139,13 @@ class ContractionSpace(Space):
         knobs = []
         for ax in self.nest.reduction:
             pairs = [
-                (c, u)
-                for c in _divisors(ax.extent)
-                if c <= max_chunk
-                for u in UNROLLS
-                if c % u == 0
+                (c, u) for c in tile_sizes(ax.extent, max_chunk) for u in UNROLLS if c % u == 0
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
         inner = self.nest.spatial[-1].extent
-        knobs.append(Knob("vec", tuple(v for v in VECTOR_WIDTHS if inner % v == 0)))
+        tail = self.nest.einsum  # a vector tail is padded (see the module docstring)
+        vecs = tuple(v for v in VECTOR_WIDTHS if inner % v == 0 or (tail and fits(inner, v)))
+        knobs.append(Knob("vec", vecs))
         return knobs
 
     def _fusion_knobs(self) -> list[Knob]:
@@ -137,9 +157,9 @@ class ContractionSpace(Space):
         for ax in self.nest.spatial:
             pairs = [
                 (m, r)
-                for r in _divisors(ax.extent)
-                if r <= MAX_REG_PER_AXIS
-                for m in _divisors(ax.extent // r)
+                for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS)
+                for m in tile_sizes(ax.extent, ax.extent)
+                if fits(ax.extent, m * r)
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(sorted(pairs))))
         knobs += self._reduction_and_vec_knobs(MAX_CHUNK_CPU)
@@ -178,11 +198,29 @@ class ContractionSpace(Space):
         return self.reg_elems(config) // config["vec"] * unroll
 
     def groups(self, config: Config) -> int:
-        """Work-groups (OpenCL) or parallel tasks (llvm): the blocks the output is cut into."""
+        """Work-groups (OpenCL) or parallel tasks (llvm): the blocks the output is cut into
+        (the last along an axis cut short where the tile does not divide it)."""
         return math.prod(
-            a.extent // (config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1])
+            -(-a.extent // (config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1]))
             for a in self.nest.spatial
         )
+
+    def pad_waste(self, config: Config) -> float:
+        """Iterations walked over iterations needed: 1.0 when every tile divides its axis.
+
+        A spatial axis is padded to whole tiles of ``threads * reg`` (llvm: ``mid * reg``),
+        a reduction axis to whole chunks; the guards skip the padding's work but not its
+        loop trips.
+        """
+        walked = needed = 1
+        for a in self.nest.spatial:
+            t, r = config[f"tile.{a.name}"]
+            walked *= padded(a.extent, t * r)
+            needed *= a.extent
+        for a in self.nest.reduction:
+            walked *= padded(a.extent, config[f"tile.{a.name}"][0])
+            needed *= a.extent
+        return walked / needed
 
     def group_tile(self, config: Config) -> dict[str, int]:
         """Extent of each axis covered by one work-group (llvm: one task) per chunk of the
@@ -222,12 +260,17 @@ class ContractionSpace(Space):
         reason = self._check_knobs(config)
         if reason:
             return reason
-        for ax in self.nest.spatial:
-            t, r = config[f"tile.{ax.name}"]
-            if ax.extent % (t * r):
-                return f"tile.{ax.name}={t}x{r} does not divide extent {ax.extent}"
+        waste = self.pad_waste(config)
+        if waste > MAX_PAD_WASTE + 1e-9:
+            return (
+                f"tiles that do not divide their axes pad the work by {waste - 1:.0%}, "
+                f"more than the {MAX_PAD_WASTE - 1:.0%} allowed"
+            )
         if self.target == "llvm":
             return self._check_register_tile(config)
+        reason = self._check_vector_tail(config)
+        if reason:
+            return reason
         threads = self.threads(config)
         if threads > min(self.limits.max_work_group_size, self.limits.max_work_item_size):
             return f"work-group of {threads} work-items exceeds the device limit {self.limits.max_work_group_size}"
@@ -238,6 +281,28 @@ class ContractionSpace(Space):
         if local > self.limits.local_mem_bytes:
             return (
                 f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
+            )
+        return None
+
+    def _check_vector_tail(self, config: Config) -> str | None:
+        """OpenCL pads a vector tail only in local memory.
+
+        Padded inline, each read of an unstaged input would be guarded per lane, which
+        TVM scalarises (and a padded copy in global memory would need a scratch argument).
+        """
+        inner, vec = self.nest.spatial[-1], config["vec"]
+        if inner.extent % vec == 0:
+            return None
+        unstaged = [
+            acc.buffer
+            for acc in self.nest.inputs
+            if any(name == inner.name for terms in acc.dims for name, _ in terms)
+            and config[f"stage.{acc.buffer}"] != "local"
+        ]
+        if unstaged:
+            return (
+                f"vec={vec} leaves a vector tail on axis {inner.name} of {inner.extent}: "
+                f"stage.{unstaged[0]} must be local for it to be padded there"
             )
         return None
 
@@ -344,6 +409,7 @@ class ContractionSpace(Space):
             * itemsize
             / 1024,
             "unrolled_body": float(reg / config["vec"] * unroll),
+            "log_pad_waste": math.log2(self.pad_waste(config)),
         }
         for i, ax in enumerate(self.nest.spatial):
             t, r = config[f"tile.{ax.name}"]
@@ -420,6 +486,7 @@ class ContractionSpace(Space):
                 math.prod(config[f"tile.{a.name}"][0] for a in nest.spatial)
             ),
             "tile_inner_last": float(config["tile_inner"] == inner.name),
+            "log_pad_waste": math.log2(self.pad_waste(config)),
         }
         for i, ax in enumerate(nest.spatial):
             m, r = config[f"tile.{ax.name}"]

@@ -83,6 +83,10 @@ def _apply(sch, space: Space, config: Config) -> None:
     into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), config, "local")
     separate = _separate_blocks(sch, nest, config, unfused)
     block = sch.get_sblock(nest.main)
+    pads, unpad = _pad_vector_tail(sch, space, config, block)
+    for buffer, pad in pads.items():
+        if config[f"stage.{buffer}"] == "local":  # the space requires it (see check)
+            into_staging[buffer] = pad
     loops = sch.get_loops(block)
     by_axis = dict(zip((a.name for a in nest.axes), loops))
 
@@ -93,7 +97,7 @@ def _apply(sch, space: Space, config: Config) -> None:
     for ax in nest.spatial:
         t, r = config[f"tile.{ax.name}"]
         if ax.name == inner:
-            g, th, ro, rv = sch.split(by_axis[ax.name], [None, t, r // vec, vec])
+            g, th, ro, rv = _split_inner(sch, by_axis[ax.name], [t, r // vec], vec)
             regs.append(ro)
             vec_loop = rv
         else:
@@ -130,7 +134,7 @@ def _apply(sch, space: Space, config: Config) -> None:
             sch.bind(ct, "threadIdx.x")
 
     # Register accumulators, written back (with the epilogue when fused) per work-item.
-    acc_block = sch.cache_write(block, 0, "local")
+    acc_block = _accumulators(sch, block, unpad, "local")
     sch.reverse_compute_at(acc_block, tx)
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:
@@ -149,6 +153,51 @@ def _apply(sch, space: Space, config: Config) -> None:
         _schedule_elementwise(sch, own, vec)
 
     _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
+
+
+def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str, object], object]:
+    """Pad the innermost axis to whole vectors where ``vec`` does not divide it.
+
+    TVM's ``pad_einsum`` pads the main block's iteration domain: each input the axis
+    indexes gets a producer of a zero-padded copy, the block writes a padded output,
+    and a consumer copies the real outputs out of it. Returns (input buffer -> its
+    padding producer, the consumer), or ({}, None) where nothing is padded.
+    """
+    inner = space.nest.spatial[-1]
+    vec = int(config["vec"])
+    if vec == 1 or inner.extent % vec == 0:
+        return {}, None
+    names = [str(iv.var.name).removeprefix("v_") for iv in sch.get(block).iter_vars]
+    sch.pad_einsum(block, [vec if name == inner.name else 1 for name in names])
+    pads = {sch.get(p).reads[0].source.name: p for p in sch.get_producers(block)}
+    (unpad,) = sch.get_consumers(block)
+    return pads, unpad
+
+
+def _accumulators(sch, block, unpad, scope: str):
+    """The block that writes the accumulators of ``block`` back (in ``scope``).
+
+    Unpadded: a ``cache_write``. Padded: the padded output itself holds the
+    accumulators, and the consumer that copies the real outputs out is the write-back.
+    """
+    if unpad is None:
+        return sch.cache_write(block, 0, scope)
+    sch.set_scope(block, 0, scope)
+    return unpad
+
+
+def _split_inner(sch, loop, factors: list[int], vec: int) -> list:
+    """Split the innermost spatial axis into ``[outer, *factors, vec]``.
+
+    The lanes come off first, so when the tiles do not divide the axis the guard TVM
+    adds is on the whole vectors above the lanes: a condition the lanes share, which
+    keeps them one vector instruction (a guard on the lanes themselves would make TVM
+    scalarise the loop). ``vec`` divides the axis.
+    """
+    if vec == 1:
+        return list(sch.split(loop, [None, *factors, 1]))
+    vectors, lanes = sch.split(loop, [None, vec])
+    return [*sch.split(vectors, [None, *factors]), lanes]
 
 
 def _schedule_elementwise(sch, block, vec: int) -> None:
@@ -171,6 +220,12 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), config, "pack")
     separate = _separate_blocks(sch, nest, config, unfused)
     block = sch.get_sblock(nest.main)
+    pads, unpad = _pad_vector_tail(sch, space, config, block)
+    for buffer, pad in pads.items():
+        if config[f"stage.{buffer}"] == "pack":
+            into_staging[buffer] = pad
+        else:  # a padded copy, made once by its own parallel loop
+            separate.insert(0, pad)
     by_axis = dict(zip((a.name for a in nest.axes), sch.get_loops(block)))
     vec = int(config["vec"])
     inner = nest.spatial[-1].name
@@ -180,7 +235,7 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     for ax in nest.spatial:
         m, r = config[f"tile.{ax.name}"]
         if ax.name == inner:
-            o, mid, ro, vec_loop = sch.split(by_axis[ax.name], [None, m, r // vec, vec])
+            o, mid, ro, vec_loop = _split_inner(sch, by_axis[ax.name], [m, r // vec], vec)
         else:
             o, mid, ro = sch.split(by_axis[ax.name], [None, m, r])
         outer.append(o)
@@ -216,10 +271,10 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     # Accumulators: per register tile (in registers after LLVM's promotion) in tile
     # order; per block in block order, since a block's reduction spans the mid loops.
     if block_order:
-        acc_block = sch.cache_write(block, 0, "global")
+        acc_block = _accumulators(sch, block, unpad, "global")
         sch.reverse_compute_at(acc_block, par)
     else:
-        acc_block = sch.cache_write(block, 0, "local")
+        acc_block = _accumulators(sch, block, unpad, "local")
         sch.reverse_compute_at(acc_block, mid_loops[-1])
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:

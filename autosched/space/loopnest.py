@@ -9,6 +9,7 @@ tile footprints and bytes moved before anything is built.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -62,6 +63,16 @@ class LoopNest:
     def reduction(self) -> tuple[Axis, ...]:
         return tuple(a for a in self.axes if a.kind == "R")
 
+    @property
+    def einsum(self) -> bool:
+        """Whether every input is read at plain axes (``B[k, j]``: no sums of axes, strides
+        or windows) straight from a parameter: what TVM's ``pad_einsum`` can pad."""
+        return not self.produced and all(
+            ext == 1 and len(terms) <= 1 and all(c == 1 for _, c in terms)
+            for acc in self.inputs
+            for terms, ext in zip(acc.dims, acc.extents)
+        )
+
 
 def classify(workload: Workload) -> str:
     """``"contraction"`` or ``"rowwise"``: which space family fits ``workload``.
@@ -76,11 +87,8 @@ def classify(workload: Workload) -> str:
 
 @lru_cache(maxsize=256)
 def _classify_cached(key: str, workload: Workload) -> str:
-    from tvm import te
-
-    st = workload.stages()
     try:
-        nest = analyze_prim_func(te.create_prim_func([*st.inputs, *st.outputs]))
+        nest = analyze_prim_func(workload.prim_func())
     except ScheduleError:
         return "rowwise"
     spatial = {a.name for a in nest.spatial}
@@ -98,12 +106,10 @@ def analyze(workload: Workload) -> LoopNest:
 
 @lru_cache(maxsize=256)
 def _analyze_cached(key: str, workload: Workload) -> LoopNest:
-    from tvm import te
-
-    st = workload.stages()
-    nest = analyze_prim_func(te.create_prim_func([*st.inputs, *st.outputs]))
-    if nest.main != st.main.op.name:
-        raise ScheduleError(f"{workload}: expected main stage {st.main.op.name}, found {nest.main}")
+    nest = analyze_prim_func(workload.prim_func())
+    main = workload.main_stage()
+    if main is not None and nest.main != main:
+        raise ScheduleError(f"{workload}: expected main stage {main}, found {nest.main}")
     return nest
 
 
@@ -205,6 +211,7 @@ class RowNest:
     cols: int
     blocks: tuple[RowBlock, ...]
     inputs: tuple[tuple[str, tuple[int, ...]], ...]  # (name, shape) of each parameter read
+    row_axes: int = 1  # leading spatial axes the rows span (fused into one by the schedule)
 
     @property
     def spatial(self) -> tuple[Axis, ...]:
@@ -243,14 +250,15 @@ def analyze_rows(workload: Workload) -> RowNest:
 
 @lru_cache(maxsize=256)
 def _analyze_rows_cached(key: str, workload: Workload) -> RowNest:
-    from tvm import te
-
-    st = workload.stages()
-    return analyze_row_prim_func(te.create_prim_func([*st.inputs, *st.outputs]))
+    return analyze_row_prim_func(workload.prim_func())
 
 
 def analyze_row_prim_func(func) -> RowNest:
     """The row-wise nest of a PrimFunc whose blocks all stream over one ``[rows, cols]``.
+
+    The rows may be several leading axes (a softmax over the last axis of a 4-D tensor):
+    every block then has the same leading spatial axes, which the schedule fuses into one
+    row loop, and accesses index them all, in order.
 
     Raises:
         ScheduleError: a block is not a per-row reduction over the columns nor a map
@@ -263,20 +271,25 @@ def analyze_row_prim_func(func) -> RowNest:
     root = sch.get_sblock("root")
     blocks = [sch.get(b) for b in sch.get_child_blocks(root)]
     allocated = {buf.name for buf in sch.get(root).alloc_buffers}  # everything else is a parameter
-    written = {b.writes[0].source.name for b in blocks}
-    extents: set[tuple[int, int]] = set()
+    writer = {b.writes[0].source.name: b.name_hint for b in blocks if len(b.writes) == 1}
+    extents: set[tuple[int, ...]] = set()
     out = []
     for block in blocks:
         kinds = "".join({0: "S", 2: "R"}.get(int(iv.iter_type), "?") for iv in block.iter_vars)
-        if kinds not in ("SS", "SR") or len(block.writes) != 1:
+        if (
+            len(kinds) < 2
+            or set(kinds[:-1]) != {"S"}
+            or kinds[-1] not in "SR"
+            or len(block.writes) != 1
+        ):
             raise ScheduleError(
                 f"block {block.name_hint} is not a map over rows and columns nor a per-row "
                 f"reduction (axes {kinds})"
             )
         extents.add(tuple(int(iv.dom.extent) for iv in block.iter_vars))
-        row, col = (iv.var for iv in block.iter_vars)
+        *rows, col = (iv.var for iv in block.iter_vars)
         wrote = block.writes[0].source
-        want = 1 if kinds == "SR" else 2
+        want = len(rows) if kinds[-1] == "R" else len(rows) + 1
         if len(wrote.shape) != want:
             raise ScheduleError(
                 f"block {block.name_hint} writes {wrote.name} of rank {len(wrote.shape)}"
@@ -287,34 +300,38 @@ def analyze_row_prim_func(func) -> RowNest:
             if buf.name == wrote.name:  # a reduction's accumulator
                 continue
             index = [rng.min for rng in region.region]
-            forms = [[row, col]] if len(index) == 2 else [[row], [col]]
+            forms = [[*rows, col], rows, [col]]
             point = all(int(rng.extent) == 1 for rng in region.region)
             if not point or not any(_indexes(index, f) for f in forms):
                 raise ScheduleError(
                     f"block {block.name_hint} reads {buf.name}{list(index)}: only "
                     "[row, col], [row] and [col] are row-wise accesses"
                 )
-            reads.append(buf.name)
+            reads.append(writer.get(buf.name, buf.name))
         out.append(
             RowBlock(
                 name=block.name_hint,
-                kind="reduce" if kinds == "SR" else "map",
+                kind="reduce" if kinds[-1] == "R" else "map",
                 reads=tuple(reads),
                 output=wrote.name not in allocated,
             )
         )
-        if block.name_hint != wrote.name:
-            raise ScheduleError(f"block {block.name_hint} writes {wrote.name}, not its own buffer")
     if len(extents) != 1:
         raise ScheduleError(f"the blocks disagree on rows and columns: {sorted(extents)}")
-    ((rows, cols),) = extents
+    ((*row_extents, cols),) = extents
     inputs: dict[str, tuple[int, ...]] = {}
     for block in blocks:
         for region in block.reads:
             buf = region.source
-            if buf.name not in written and buf.name not in allocated:
+            if buf.name not in writer and buf.name not in allocated:
                 inputs.setdefault(buf.name, tuple(int(d) for d in buf.shape))
-    return RowNest(rows=rows, cols=cols, blocks=tuple(out), inputs=tuple(inputs.items()))
+    return RowNest(
+        rows=math.prod(row_extents),
+        cols=cols,
+        blocks=tuple(out),
+        inputs=tuple(inputs.items()),
+        row_axes=len(row_extents),
+    )
 
 
 def _indexes(index, variables) -> bool:

@@ -27,7 +27,7 @@ Knobs for ``target="opencl"`` on a nest with reductions:
   instructions and reduced at the end; maps are vectorised directly.
 * ``unroll``: unroll factor of each work-item's loop over its vectors of columns (1, 2,
   4, 8, the small divisors of the columns, and the whole row when it has at most 64
-  columns); it must divide that loop's extent.
+  columns).
 * ``fuse.<stage>`` for each stage that is not an output: True fuses it into the kernel
   that reads it (see above), False gives it its own kernel.
 
@@ -44,6 +44,12 @@ parallel tasks of this many rows, each row's stages computed together in the tas
 ``vec`` (LLVM vector instructions along the columns, reductions split into ``vec``
 partial results as on OpenCL), ``unroll`` and the ``fuse.<stage>`` knobs (an unfused
 stage is its own parallel loop over a global intermediate).
+
+Tiles need not divide: ``rows_per_task``, ``threads`` over the rows (item mode), the
+work-items of an elementwise nest, ``per_item`` and ``unroll`` may leave a last tile
+cut short by a guard, as in the contraction family, as long as they pad what they split
+by at most :data:`~autosched.space.space.MAX_PAD_WASTE`. The guards sit above the
+vector lanes, so ``vec`` (which divides the columns) stays one vector instruction.
 
 The default (:meth:`RowSpace.default`) is what TVM's default schedules do: every stage
 fused into one kernel (softmax's ``exp`` inlined into the row sum and the output, the
@@ -63,10 +69,19 @@ import numpy as np
 from autosched.errors import ScheduleError
 from autosched.space.config import Config
 from autosched.space.loopnest import RowNest, analyze_rows
-from autosched.space.space import UNROLLS, VECTOR_WIDTHS, Knob, Space
+from autosched.space.space import (
+    MAX_PAD_WASTE,
+    UNROLLS,
+    VECTOR_WIDTHS,
+    Knob,
+    Space,
+    fits,
+    tile_sizes,
+)
 from autosched.space.space import divisors as _divisors
 
 REDUCE_MODES = ("item", "group")
+_PADS = f" and pads them by more than {MAX_PAD_WASTE - 1:.0%}"
 MAX_THREADS = 256
 MAX_PER_ITEM = 256
 MAX_FULL_UNROLL = 64
@@ -115,12 +130,12 @@ class RowSpace(Space):
         unrolls = tuple(sorted(unrolls))
         knobs = []
         if self.target == "llvm":
-            knobs.append(Knob("rows_per_task", tuple(_divisors(nest.rows))))
+            knobs.append(Knob("rows_per_task", tuple(tile_sizes(nest.rows, nest.rows))))
             knobs.append(Knob("vec", vecs))
             knobs.append(Knob("unroll", unrolls))
         elif self.elementwise:
             knobs.append(Knob("threads", threads))
-            per_item = tuple(d for d in _divisors(nest.cols) if d <= MAX_PER_ITEM)
+            per_item = tuple(tile_sizes(nest.cols, MAX_PER_ITEM))
             knobs.append(Knob("per_item", per_item))
             knobs.append(Knob("vec", vecs))
         else:
@@ -218,12 +233,12 @@ class RowSpace(Space):
         """Work-groups of each kernel (OpenCL) or parallel tasks (llvm)."""
         nest = self.nest
         if self.target == "llvm":
-            return nest.rows // config["rows_per_task"]
+            return -(-nest.rows // config["rows_per_task"])
         if self.elementwise:
-            return nest.rows * nest.cols // config["per_item"] // config["threads"]
+            return -(-nest.rows * -(-nest.cols // config["per_item"]) // config["threads"])
         if config["reduce"] == "group":
             return nest.rows
-        return nest.rows // config["threads"]
+        return -(-nest.rows // config["threads"])
 
     def check(self, config: Config) -> str | None:
         """Why ``config`` is not valid here, or None if it is."""
@@ -233,19 +248,20 @@ class RowSpace(Space):
         nest = self.nest
         vec = config["vec"]
         if self.target == "llvm":
-            if (nest.cols // vec) % config["unroll"]:
-                return f"unroll={config['unroll']} does not divide the {nest.cols // vec} vectors of a row"
+            if not fits(nest.cols // vec, config["unroll"]):
+                return f"unroll={config['unroll']} does not divide the {nest.cols // vec} vectors of a row{_PADS}"
         elif self.elementwise:
             per_item, threads = config["per_item"], config["threads"]
             if per_item % vec:
                 return f"vec={vec} does not divide per_item={per_item}"
-            if (nest.rows * nest.cols // per_item) % threads:
-                return f"threads={threads} does not divide the {nest.rows * nest.cols // per_item} work-items"
+            items = nest.rows * -(-nest.cols // per_item)
+            if not fits(items, threads):
+                return f"threads={threads} does not divide the {items} work-items{_PADS}"
         else:
             threads, unroll = config["threads"], config["unroll"]
             if config["reduce"] == "item":
-                if nest.rows % threads:
-                    return f"threads={threads} does not divide rows={nest.rows}"
+                if not fits(nest.rows, threads):
+                    return f"threads={threads} does not divide rows={nest.rows}{_PADS}"
                 span = nest.cols // vec
             else:
                 if threads == 1:
@@ -256,10 +272,8 @@ class RowSpace(Space):
                 local = threads * len(nest.reductions) * np.dtype(self.workload.dtype).itemsize
                 if local > self.limits.local_mem_bytes:
                     return f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
-            if span % unroll:
-                return (
-                    f"unroll={unroll} does not divide the {span} vectors of a work-item's columns"
-                )
+            if not fits(span, unroll):
+                return f"unroll={unroll} does not divide the {span} vectors of a work-item's columns{_PADS}"
         _, reason = self._plan(config)
         return reason
 

@@ -43,6 +43,11 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
     for block in nest.blocks:
         if block.kind == "map" and space.fused(config, block.name):
             sch.compute_inline(sch.get_sblock(block.name))
+    if nest.row_axes > 1:  # several leading axes are the rows: one row loop per block
+        for block in nest.blocks:
+            if not (block.kind == "map" and space.fused(config, block.name)):
+                loops = sch.get_loops(sch.get_sblock(block.name))
+                sch.fuse(*loops[: nest.row_axes])
     llvm = space.target == "llvm"
     mode = "item" if llvm or space.elementwise else config["reduce"]
     vec = int(config["vec"])
@@ -57,6 +62,10 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
             roots[kernel.root] = sch.cache_write(block, 0, "local")
         else:
             roots[kernel.root] = block
+    if nest.row_axes > 1:  # a reduction root's write-back block has all the row axes
+        for name, rv in roots.items():
+            if nest.block(name).kind == "reduce":
+                sch.fuse(*sch.get_loops(rv)[: nest.row_axes])
     parts = {name: _split_reduction(sch, name, mode, threads, vec) for name in nest.reductions}
     for kernel in kernels:
         root = roots[kernel.root]
@@ -174,11 +183,13 @@ def _rows_cpu(sch, root, rows_per_task: int):
 def _map_columns(sch, root, anchor, mode: str, threads: int, vec: int, unroll: int) -> None:
     """The column loop of a map root: work-items (group mode), unrolled vectors."""
     (cols,) = _below(sch, root, anchor)
+    # The lanes come off first: a guard of a tile that does not divide stays above them.
+    vectors, v = sch.split(cols, [None, vec])
     if mode == "group":
-        _, tx, u, v = sch.split(cols, [None, threads, unroll, vec])
+        _, tx, u = sch.split(vectors, [None, threads, unroll])
         sch.bind(tx, "threadIdx.x")
     else:
-        _, u, v = sch.split(cols, [None, unroll, vec])
+        _, u = sch.split(vectors, [None, unroll])
     if vec > 1:
         sch.vectorize(v)
     if unroll > 1:
@@ -188,7 +199,8 @@ def _map_columns(sch, root, anchor, mode: str, threads: int, vec: int, unroll: i
 def _map_flat(sch, root, threads: int, per_item: int, vec: int) -> None:
     """An elementwise kernel: ``per_item`` consecutive columns per work-item."""
     rows, cols = sch.get_loops(root)
-    chunk, steps, v = sch.split(cols, [None, per_item // vec, vec])
+    vectors, v = sch.split(cols, [None, vec])  # guards of the tiles stay above the lanes
+    chunk, steps = sch.split(vectors, [None, per_item // vec])
     g, t = sch.split(sch.fuse(rows, chunk), [None, threads])
     sch.bind(g, "blockIdx.x")
     sch.bind(t, "threadIdx.x")

@@ -17,27 +17,20 @@ if TYPE_CHECKING:
     import tvm
 
 
-def prim_func_tensors(space: Space, config: Config) -> list:
-    """The TE tensors that become PrimFunc parameters, in order.
-
-    An intermediate the schedule keeps in global memory between two kernels (an
-    unfused epilogue's input, say) becomes an extra parameter: the runner allocates it
-    as scratch. The order matches ``Workload.tensor_specs``.
-    """
-    st = space.workload.stages()
-    scratch = set(space.scratch(config))
-    return [*st.inputs, *st.outputs, *(t for t in st.intermediates if t.op.name in scratch)]
+def param_names(mod: tvm.IRModule) -> list[str]:
+    """The buffer parameters of ``mod``'s ``main``, in order: what ``Workload.tensor_specs``
+    lists for the same scratch."""
+    return [str(p.name) for p in mod["main"].params]
 
 
 def schedule(space: Space, config: Config) -> tvm.IRModule:
     """The scheduled module for ``config``; raises ScheduleError if TVM rejects it."""
-    from tvm import te
     from tvm.s_tir import Schedule
 
     reason = space.check(config)
     if reason:
         raise ScheduleError(f"invalid config: {reason}")
-    func = te.create_prim_func(prim_func_tensors(space, config))
+    func = space.workload.prim_func(scratch=space.scratch(config))
     sch = Schedule(func)
     apply(sch, space, config)
     return sch.mod

@@ -7,6 +7,7 @@ all, so the base never has to know its implementations.
 
 from __future__ import annotations
 
+from autosched.iree import IREE_TARGETS
 from autosched.ops.base import Workload
 from autosched.space.contraction import ContractionSpace
 from autosched.space.loopnest import classify
@@ -27,10 +28,14 @@ def make_space(workload: Workload, *, target: str = "opencl", limits: DeviceLimi
 
     Args:
         workload: the operator instance.
-        target: code generation target; one of :data:`autosched.space.space.TARGETS`.
+        target: code generation target; one of :data:`autosched.space.space.ALL_TARGETS`.
         limits: the device's limits.
 
     Raises:
         InvalidInputError: ``target`` is not supported.
     """
+    if target in IREE_TARGETS:  # IREE's lowering configs, read off the root Linalg op
+        from autosched.space.iree import IreeSpace
+
+        return IreeSpace(workload, target=target, limits=limits)
     return family(workload)(workload, target=target, limits=limits)

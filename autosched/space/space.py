@@ -27,10 +27,14 @@ from typing import Any
 import numpy as np
 
 from autosched.errors import InvalidInputError
+from autosched.iree import IREE_TARGETS
 from autosched.ops.base import Workload
 from autosched.space.config import Config
 
+# TVM's code generation: the targets autosched.compile builds kernels for and jobs tune.
 TARGETS = ("opencl", "llvm")
+# Every target a space, a device and ``autosched tune`` take: TVM's and IREE's backends.
+ALL_TARGETS = (*TARGETS, *IREE_TARGETS)
 VECTOR_WIDTHS = (1, 2, 4, 8, 16)
 UNROLLS = (1, 2, 4, 8)
 
@@ -44,6 +48,17 @@ class DeviceLimits:
     local_mem_bytes: int = 48 * 1024
     is_cpu: bool = False
     cores: int = 1  # parallel workers the device runs at once (llvm: host CPU cores)
+    # What the cost model's prior knows of the device before any measurement (see
+    # autosched.space.device): compute units, fp32 lanes of one native vector, and how
+    # many vector registers one thread has. Defaults: a generic 128-bit SIMD core.
+    compute_units: int = 1
+    vector_lanes: int = 4
+    vector_registers: int = 16
+    # Local memory that is ordinary memory under another name (OpenCL CPU drivers):
+    # staging through it copies without bringing data closer.
+    local_mem_emulated: bool = False
+    vector_bits: int = 0  # widest SIMD register of a CPU (0: not known)
+    subgroup_size: int = 0  # invocations of a GPU subgroup (0: not known)
 
 
 @dataclass(frozen=True)
@@ -52,8 +67,40 @@ class Knob:
     choices: tuple[Any, ...]
 
 
+# A tile need not divide its axis: the last tile is cut short by a guard (TVM's split
+# with a non-dividing factor predicates the body). What the guard skips is still walked,
+# so a tile is offered only while it pads the axis by at most this factor.
+MAX_PAD_WASTE = 1.25
+
+
 def divisors(n: int) -> list[int]:
     return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def padded(extent: int, tile: int) -> int:
+    """``extent`` rounded up to a whole number of ``tile``s."""
+    return -(-extent // tile) * tile
+
+
+def fits(extent: int, tile: int) -> bool:
+    """Whether tiles of ``tile`` cover ``extent`` within :data:`MAX_PAD_WASTE`."""
+    return padded(extent, tile) <= MAX_PAD_WASTE * extent
+
+
+def tile_sizes(extent: int, cap: int) -> list[int]:
+    """Tile sizes of an axis of ``extent``, up to ``cap``: its divisors, and the powers of
+    two whose guarded tail pads it by at most :data:`MAX_PAD_WASTE`.
+
+    On a power-of-two extent these are its divisors, as before tails existed; on a prime
+    one they add the wide tiles its divisors lack.
+    """
+    sizes = {d for d in divisors(extent) if d <= cap}
+    p = 2
+    while p <= cap:
+        if fits(extent, p):
+            sizes.add(p)
+        p *= 2
+    return sorted(sizes)
 
 
 class Space:
@@ -64,7 +111,7 @@ class Space:
 
     Args:
         workload: the operator instance.
-        target: code generation target; one of :data:`TARGETS`.
+        target: code generation target; one of :data:`ALL_TARGETS`.
         limits: the device's limits.
     """
 
@@ -72,9 +119,9 @@ class Space:
     family: str = ""
 
     def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:
-        if target not in TARGETS:
+        if target not in ALL_TARGETS:
             raise InvalidInputError(
-                f"target {target!r} is not supported; accepted: {', '.join(TARGETS)}"
+                f"target {target!r} is not supported; accepted: {', '.join(ALL_TARGETS)}"
             )
         self.workload = workload
         self.target = target

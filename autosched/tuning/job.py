@@ -22,6 +22,10 @@ A job file::
     targets = ["opencl", "llvm"]
     trials = 128             # optional: overrides the job's
     weight = 1               # optional: how often the model runs it (gradient policy)
+
+A task may instead give ``workload``: a workload's JSON (``Workload.to_json()``) as a
+string, in place of ``op``, ``shape`` and ``epilogue``; ``autosched model tasks --job``
+writes a model's fused functions this way.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from autosched.errors import InvalidInputError
 from autosched.ops import OPS, Workload, workload
 from autosched.ops.shape import parse_shape
 from autosched.search import STRATEGIES
-from autosched.space.space import TARGETS
+from autosched.space.space import ALL_TARGETS
 
 POLICIES = ("fair", "gradient")
 
@@ -55,10 +59,11 @@ _TASK_KEYS = {
     "op": f"one of {', '.join(OPS)}",
     "shape": "the op's parameters as `autosched tune --shape` takes them",
     "epilogue": "as `autosched tune --epilogue` takes it",
-    "targets": f"a list of {', '.join(TARGETS)}",
+    "targets": f"a list of {', '.join(ALL_TARGETS)}",
     "trials": "an integer >= 1",
     "weight": "a number > 0",
     "name": "a non-empty string",
+    "workload": "a workload's JSON as a string (in place of op and shape)",
 }
 
 
@@ -158,6 +163,8 @@ def job_from_dict(data: Mapping[str, Any], *, source: str = "<job>", text: str =
 
 def _tasks_of(raw: Mapping[str, Any], i: int, trials: int, where: _Locator) -> list[Task]:
     _unknown_keys(raw, _TASK_KEYS, where, table=i)
+    if "workload" in raw:
+        return _workload_tasks(raw, i, trials, where)
     op = raw.get("op")
     if op not in OPS:
         raise where.error(i, "op", op, _TASK_KEYS["op"])
@@ -182,13 +189,39 @@ def _tasks_of(raw: Mapping[str, Any], i: int, trials: int, where: _Locator) -> l
     except InvalidInputError as exc:
         key = "epilogue" if epilogue is not None and "epilogue" in str(exc) else "shape"
         raise where.error(i, key, raw.get(key), str(exc)) from None
+    return _targets_and_rest(raw, i, trials, where, wl, f"{op} {shape}".strip())
+
+
+def _workload_tasks(raw: Mapping[str, Any], i: int, trials: int, where: _Locator) -> list[Task]:
+    """A task given as a workload's JSON (a model's fused function)."""
+    import json
+
+    from autosched.ops import workload_from_json
+
+    for key in ("op", "shape", "epilogue"):
+        if key in raw:
+            raise where.error(i, key, raw[key], "not together with workload")
+    text = raw["workload"]
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+        wl = workload_from_json(data) if isinstance(data, dict) else None
+    except (ValueError, KeyError, TypeError, InvalidInputError):
+        wl = None
+    if wl is None:
+        raise where.error(i, "workload", str(text)[:60], _TASK_KEYS["workload"])
+    return _targets_and_rest(raw, i, trials, where, wl, wl.op)
+
+
+def _targets_and_rest(
+    raw: Mapping[str, Any], i: int, trials: int, where: _Locator, wl: Workload, default_name: str
+) -> list[Task]:
     targets = raw.get("targets", ["opencl"])
     if isinstance(targets, str):
         targets = [targets]
     if (
         not isinstance(targets, Sequence)
         or not targets
-        or any(t not in TARGETS for t in targets)
+        or any(t not in ALL_TARGETS for t in targets)
         or len(set(targets)) != len(targets)
     ):
         raise where.error(i, "targets", targets, _TASK_KEYS["targets"] + ", each once")
@@ -196,7 +229,7 @@ def _tasks_of(raw: Mapping[str, Any], i: int, trials: int, where: _Locator) -> l
     weight = raw.get("weight", 1.0)
     if isinstance(weight, bool) or not isinstance(weight, (int, float)) or weight <= 0:
         raise where.error(i, "weight", weight, _TASK_KEYS["weight"])
-    name = raw.get("name", f"{op} {shape}".strip())
+    name = raw.get("name", default_name)
     if not isinstance(name, str) or not name.strip():
         raise where.error(i, "name", name, _TASK_KEYS["name"])
     label = name.strip()

@@ -130,6 +130,7 @@ def run_job(
     finalists: int = 3,
     progress: Callable[[JobEvent], None] | None = None,
     device_wait_s: float = 120.0,
+    history: Sequence[Record] = (),
 ) -> JobResult:
     """Tune every task of ``job`` on every device kind of its target that ``runner`` reaches.
 
@@ -145,6 +146,8 @@ def run_job(
         device_wait_s: how long to wait for a device of a kind that has trials left
             (none has joined yet, or its workers died) before giving up on it; a rerun
             resumes it.
+        history: records the strategies observe before the database's own (this
+            device family's), e.g. other device families' records for transfer.
     """
     start = time.time()
     policy = policy or make_policy(job.policy, seed=job.seed, batch=job.batch)
@@ -161,6 +164,7 @@ def run_job(
     def refresh() -> None:
         nonlocal refreshed
         refreshed = time.time()
+        before.clear()  # device kinds that join later see what was measured since
         slots.clear()
         for slot in runner.slots():
             slots[slot.device_key] = slot
@@ -169,7 +173,19 @@ def run_job(
             known.add(slot.device_key)
             for task in job.tasks:
                 if task.target == slot.target:
-                    pairs.append(_open_pair(job, task, slot, db))
+                    pairs.append(_open_pair(job, task, slot, db, runner, seen_before(task)))
+
+    # What every strategy of an operator observes when it opens: the records of the
+    # operator on the target (all device families, given history first), read once per
+    # round of joining devices rather than once per task and device kind.
+    before: dict[tuple[str, str], list[Record]] = {}
+
+    def seen_before(task: Task) -> list[Record]:
+        key = (task.workload.op, task.target)
+        if key not in before:
+            given = [r for r in history if r.op == key[0] and r.target == key[1]]
+            before[key] = given + db.query(op=key[0], target=key[1])
+        return before[key]
 
     def stopping() -> bool:
         return deadline is not None and time.time() >= deadline
@@ -183,11 +199,13 @@ def run_job(
                 while busy.get(key, 0) < slot.count:
                     mine = [i for i, p in enumerate(pairs) if p.slot.device_key == key]
                     eligible = [i for i in mine if _left(pairs[i]) > 0 and not pairs[i].exhausted]
-                    i = policy.next_task([p.progress for p in pairs], eligible)
+                    progress_now = [p.progress for p in pairs]
+                    i = policy.next_task(progress_now, eligible)
                     if i is None:
                         break
                     pair = pairs[i]
-                    configs = _propose(pair, job.batch)
+                    room = policy.room(progress_now, i)
+                    configs = _propose(pair, job.batch if room is None else min(job.batch, room))
                     if not configs:
                         pair.exhausted = True
                         log.info("%s: the strategy has nothing new to propose", pair.name)
@@ -287,22 +305,30 @@ def _left(pair: Pair) -> int:
     return max(0, pair.task.trials - len(pair.measured) - len(pair.in_flight))
 
 
-def _open_pair(job: Job, task: Task, slot: Slot, db: Database) -> Pair:
+def _open_pair(
+    job: Job, task: Task, slot: Slot, db: Database, runner: Runner, before: Sequence[Record]
+) -> Pair:
     wl = task.workload
-    space = make_space(wl, target=task.target, limits=slot.limits)
+    space = runner.space(wl, target=task.target, slot=slot)
 
-    def space_for(wl_json: dict) -> Space:
-        if wl_json == wl.to_json():
-            return space
-        return make_space(workload_from_json(wl_json), target=task.target, limits=slot.limits)
+    spaces: dict[str, Space] = {wl.key: space}
+
+    def space_for(wl_json: dict) -> Space:  # other shapes' records, refitted every batch
+        other = workload_from_json(wl_json)
+        if other.key not in spaces:
+            spaces[other.key] = make_space(other, target=task.target, limits=slot.limits)
+        return spaces[other.key]
 
     # A pair's randomness depends on the job's seed and on what it tunes, never on
     # the order in which device kinds showed up.
     salt = hashlib.sha256(f"{task.key}|{slot.device_key}".encode()).digest()[:8]
     rng = np.random.default_rng([job.seed, int.from_bytes(salt, "little")])
-    search = make_strategy(job.strategy, space, rng=rng, space_for=space_for)
+    search = make_strategy(job.strategy, space, rng=rng, space_for=space_for, family=slot.family)
     mine = db.query(workload_key=wl.key, device_key=slot.device_key, target=task.target)
-    search.observe(db.query(op=wl.op, device_family=slot.family, target=task.target))
+    # This family's records of the operator teach the cost model; other families'
+    # records of it (in the database or given as history) are transfer sources,
+    # weighed by how they rank this device.
+    search.observe(before)
     measured = {r.config_key for r in mine}
     prog = TaskProgress(trials=task.trials, weight=task.weight, done=len(measured))
     ok = [r.latency_s for r in mine if r.ok and r.latency_s]

@@ -22,10 +22,10 @@ from typing import Any, Protocol
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
 from autosched.measure.runner import TimingOptions
-from autosched.ops import workload_from_json
+from autosched.ops import Workload, workload_from_json
 from autosched.records.record import Record
 from autosched.space.config import Config
-from autosched.space.space import DeviceLimits
+from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +60,13 @@ class BatchRequest:
     rounds: int = 0
 
 
+def device_space(workload: Workload, *, target: str, slot: Slot) -> Space:
+    """Every schedule of ``workload`` that fits the device of ``slot``."""
+    from autosched.space.select import make_space
+
+    return make_space(workload, target=target, limits=slot.limits)
+
+
 class LostBatch(Exception):
     """A batch that never reached a device (its runner lost it); it is proposed again."""
 
@@ -67,6 +74,11 @@ class LostBatch(Exception):
 class Runner(Protocol):
     def slots(self) -> list[Slot]:
         """Device kinds reachable now (it may change: farm workers come and go)."""
+        ...
+
+    def space(self, workload: Workload, *, target: str, slot: Slot) -> Space:
+        """The space a task's search gets on ``slot``: what this runner can measure there
+        (:func:`device_space` for a real device; a replay's recorded configs only)."""
         ...
 
     def submit(self, slot: Slot, request: BatchRequest) -> Any:
@@ -180,12 +192,18 @@ class LocalRunner:
         *,
         timing: TimingOptions | None = None,
         on_record: Callable[[Record], None] | None = None,
+        keep: int = 2,
     ) -> None:
-        self.session = DeviceSession(device, target, timing=timing, on_record=on_record)
+        # keep: workloads whose measurement child and test data stay alive between
+        # batches (a model's tasks take turns; a new child costs seconds).
+        self.session = DeviceSession(device, target, timing=timing, on_record=on_record, keep=keep)
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="autosched-measure")
 
     def slots(self) -> list[Slot]:
         return [self.session.slot()]
+
+    def space(self, workload: Workload, *, target: str, slot: Slot) -> Space:
+        return device_space(workload, target=target, slot=slot)
 
     def submit(self, slot: Slot, request: BatchRequest) -> cf.Future:
         return self._pool.submit(self.session.run, request)

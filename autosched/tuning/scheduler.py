@@ -62,12 +62,20 @@ class TaskProgress:
 class TaskScheduler(Protocol):
     def next_task(self, tasks: Sequence[TaskProgress], eligible: Sequence[int]) -> int | None:
         """The index of the task that gets the next batch, among ``eligible`` (each with
-        trials left); ``None`` when ``eligible`` is empty."""
+        trials left); ``None`` when ``eligible`` is empty or the policy's budget is spent."""
+        ...
+
+    def room(self, tasks: Sequence[TaskProgress], chosen: int | None = None) -> int | None:
+        """Trials the policy still allows in all, or to task ``chosen``'s next batch
+        (None: only the tasks' own counts limit)."""
         ...
 
 
 class FairShare:
     """The eligible task with the smallest share of its trials measured or in flight."""
+
+    def room(self, tasks: Sequence[TaskProgress], chosen: int | None = None) -> int | None:
+        return None
 
     def next_task(self, tasks: Sequence[TaskProgress], eligible: Sequence[int]) -> int | None:
         if not eligible:
@@ -93,6 +101,9 @@ class Gradient:
         min_trials: trials every task gets before gradients decide (default: one batch).
         explore: probability of a uniformly random pick among the eligible tasks.
         rng: randomness for the exploration picks (seed it for a reproducible job).
+        budget: trials in all, shared out among the tasks (a whole model's ``--trials``),
+            counted from the first pick (a resumed job's earlier trials are not counted);
+            None: each task's own trial count is the only limit.
     """
 
     def __init__(
@@ -103,6 +114,7 @@ class Gradient:
         min_trials: int = 16,
         explore: float = 0.05,
         rng: np.random.Generator | None = None,
+        budget: int | None = None,
     ) -> None:
         if not 0.0 <= alpha <= 1.0:
             raise InvalidInputError(f"alpha={alpha!r} is not valid; accepted: 0 <= alpha <= 1")
@@ -115,6 +127,28 @@ class Gradient:
         self.min_trials = min_trials
         self.explore = explore
         self.rng = rng or np.random.default_rng(0)
+        if budget is not None and budget < 1:
+            raise InvalidInputError(f"budget={budget!r} is not valid; accepted: an integer >= 1")
+        self.budget = budget
+        self._before: int | None = None  # trials measured before the first pick
+
+    def room(self, tasks: Sequence[TaskProgress], chosen: int | None = None) -> int | None:
+        """Trials left of the budget; for task ``chosen``, less what the other tasks still
+        need to reach their minimum (so every task gets it while the budget allows)."""
+        if self.budget is None:
+            return None
+        used = sum(t.done + t.in_flight for t in tasks)
+        if self._before is None:
+            self._before = used
+        left = max(0, self.budget - (used - self._before))
+        if chosen is None:
+            return left
+        reserved = sum(
+            max(0, self.min_trials - t.done - t.in_flight)
+            for i, t in enumerate(tasks)
+            if i != chosen
+        )
+        return max(1, left - reserved) if left else 0
 
     def gradient(self, task: TaskProgress) -> float:
         """Expected fall of the weighted latency per trial (seconds per trial; larger first)."""
@@ -131,7 +165,7 @@ class Gradient:
         return task.weight * (self.alpha * backward + (1.0 - self.alpha) * forward)
 
     def next_task(self, tasks: Sequence[TaskProgress], eligible: Sequence[int]) -> int | None:
-        if not eligible:
+        if not eligible or self.room(tasks) == 0:
             return None
         warming = [i for i in eligible if tasks[i].done + tasks[i].in_flight < self.min_trials]
         if warming:

@@ -133,8 +133,9 @@ def tune(
         db: a Database, or a path or URL for ``open_database`` (default: ``default_db_path()``).
         device: a device or selector (see ``select_device``); default: first GPU, else first
             device (OpenCL); the host CPU (llvm).
-        target: ``"opencl"`` (OpenCL C on an OpenCL device) or ``"llvm"`` (TVM's LLVM
-            code generation for the host CPU).
+        target: ``"opencl"`` (OpenCL C on an OpenCL device), ``"llvm"`` (TVM's LLVM
+            code generation for the host CPU), ``"iree-llvm-cpu"`` or ``"iree-vulkan"``
+            (IREE's backends, with configs as ``compilation_info``; the iree extra).
         seed: seeds every random choice; a seeded run is reproducible up to timing noise.
         timeout_s: limit per candidate; a kernel that hangs longer is killed.
         finalists: best candidates re-measured side by side with the default at the end.

@@ -1,12 +1,14 @@
-"""A MetaSchedule database backed by autosched's records, and a Relax build that uses it.
+"""autosched's records applied to a Relax module's fused functions, and the Relax build.
 
-``relax.transform.MetaScheduleApplyDatabase`` asks its database for a tuning record of
-each fused PrimFunc. :class:`RecordsDatabase` recognises the autosched workload the
-PrimFunc computes (:mod:`autosched.tvm.recognize`), looks up the config autosched's own
-``compile`` would use (exact record, other driver, nearest tuned shape), applies it to
-*that* PrimFunc with the tuner's schedule code, and returns the schedule's trace as a
-``TuningRecord``. Functions it does not recognise, or has no record for, are left to
-TVM's defaults. It is read-only: MetaSchedule cannot write into it.
+:func:`build` runs the pass pipeline that task extraction runs
+(:func:`autosched.tvm.tasks.fuse`), so each fused PrimFunc is the :class:`FusedFunc`
+a model's tuning measured. :class:`RecordsDatabase` looks each one up by its key (the
+function normalised the same way), applies the best record's config with the space's
+own schedule code (:func:`autosched.space.schedule.apply`) and puts the scheduled
+function in place of the original. A function with a space family and no record gets
+the space's default schedule; one no family covers gets
+:func:`autosched.tvm.tasks.default_schedule` (llvm). Records tuned on a farm apply the
+same way: the key is the same on every machine.
 """
 
 from __future__ import annotations
@@ -24,122 +26,22 @@ from autosched.errors import InvalidInputError, ScheduleError
 from autosched.measure.device import select_device
 from autosched.ops import Workload
 from autosched.ops.base import TensorSpec
+from autosched.ops.fused import FusedFunc
 from autosched.records.base import Database
-from autosched.space.config import Config
 from autosched.space.schedule import apply
-from autosched.space.select import make_space
-from autosched.space.space import DeviceLimits, Space
-from autosched.tvm.recognize import normalized, recognize, row_nest
+from autosched.tvm.tasks import default_schedule, fuse, space_of
 
 log = logging.getLogger(__name__)
 
-
-def apply_to_prim_func(
-    func, workload: Workload, config: Config, *, target: str, limits: DeviceLimits
-):
-    """Schedule ``func`` (another front end's PrimFunc computing ``workload``) with ``config``.
-
-    Contractions: plain copies in ``func`` are inlined first (see
-    :func:`autosched.tvm.recognize.normalized`). Knob names refer to the workload's own
-    axes and inputs (``tile.<axis>``, ``stage.<input>``, ``fuse.<input>``) and so do
-    knob values that name an axis (``tile_inner``); they are renamed, by position, to
-    ``func``'s. Row-wise workloads: ``fuse.<stage>`` knobs are renamed by the stage's
-    position. Returns the ``tvm.s_tir.Schedule`` (its trace replays it).
-
-    Raises:
-        ScheduleError: ``func``'s loop nest does not have the workload's structure, or
-            TVM rejects the schedule.
-    """
-    space = make_space(workload, target=target, limits=limits)
-    if space.family == "rowwise":
-        return _apply_rowwise(func, space, config)
-    sch, theirs = normalized(func)
-    ours = space.nest
-    if [(a.kind, a.extent) for a in ours.axes] != [(a.kind, a.extent) for a in theirs.axes] or (
-        len(ours.inputs) != len(theirs.inputs) or len(ours.produced) != len(theirs.produced)
-    ):
-        raise ScheduleError(f"the PrimFunc's loop nest is not the one of {workload}")
-    names = {a.name: b.name for a, b in zip(ours.axes, theirs.axes)}
-    names.update({a.buffer: b.buffer for a, b in zip(ours.inputs, theirs.inputs)})
-
-    return _apply_renamed(sch, space, theirs, config, names, rename_values=True)
-
-
-def _apply_rowwise(func, space: Space, config: Config):
-    """:func:`apply_to_prim_func` for a row-wise workload: stages are renamed by position."""
-    from tvm.s_tir import Schedule
-
-    theirs = row_nest(func)
-    ours = space.nest
-    shape = [(b.kind, b.output) for b in ours.blocks]
-    if theirs is None or shape != [(b.kind, b.output) for b in theirs.blocks]:
-        raise ScheduleError(f"the PrimFunc's stages are not the ones of {space.workload}")
-    names = {a.name: b.name for a, b in zip(ours.blocks, theirs.blocks)}
-
-    return _apply_renamed(Schedule(func), space, theirs, config, names, rename_values=False)
-
-
-def _apply_renamed(sch, space: Space, theirs, config: Config, names, *, rename_values: bool):
-    """Apply ``config`` to ``sch``, whose function has the nest ``theirs``: the names in
-    knob names (``tile.<axis>``, ``fuse.<stage>``) and, with ``rename_values``, in string
-    values (``tile_inner``) are translated by ``names``; the result is checked first."""
-
-    def rename(key: str) -> str:
-        head, _, tail = key.partition(".")
-        return f"{head}.{names.get(tail, tail)}" if tail else key
-
-    translated = Config(
-        {
-            rename(k): names.get(v, v) if rename_values and isinstance(v, str) else v
-            for k, v in config.items()
-        }
-    )
-    foreign = space.on_nest(theirs)
-    reason = foreign.check(translated)
-    if reason is not None:
-        raise ScheduleError(f"the config of {space.workload} does not fit the PrimFunc: {reason}")
-    apply(sch, foreign, translated)
-    return sch
-
-
-def _records_database_class():
-    """Defined lazily: importing MetaSchedule costs a second."""
-    from tvm.ir.utils import derived_object
-    from tvm.s_tir import meta_schedule as ms
-
-    @derived_object
-    class _RecordsDatabase(ms.database.PyDatabase):
-        def __init__(self, owner: RecordsDatabase) -> None:
-            super().__init__()
-            self.owner = owner
-
-        def has_workload(self, mod) -> bool:
-            return False
-
-        def commit_workload(self, mod):
-            raise InvalidInputError("autosched's records database is read-only for MetaSchedule")
-
-        def commit_tuning_record(self, record) -> None:
-            raise InvalidInputError("autosched's records database is read-only for MetaSchedule")
-
-        def get_top_k(self, workload, top_k: int) -> list:
-            return []
-
-        def get_all_tuning_records(self) -> list:
-            return []
-
-        def query_tuning_record(self, mod, target, workload_name):
-            return self.owner.tuning_record(mod, target, workload_name)
-
-        def __len__(self) -> int:
-            return 0
-
-    return _RecordsDatabase
+FALLBACK = "default-schedule"  # provenance of a function no space family covers
 
 
 @dataclass
 class Applied:
-    """One PrimFunc that got an autosched schedule."""
+    """One fused PrimFunc that got an autosched schedule, and from what.
+
+    ``provenance`` is the lookup's (``exact``, ``untuned``, ...) or :data:`FALLBACK`.
+    """
 
     function: str
     workload: Workload
@@ -149,15 +51,16 @@ class Applied:
 
 
 class RecordsDatabase:
-    """autosched's records as a MetaSchedule database (use ``.ms_database`` with TVM).
+    """autosched's records as the schedules of a Relax module's fused functions.
 
     Args:
         target: ``"llvm"`` or ``"opencl"``; the records of that target are used.
         device: device or selector, as for ``autosched.compile``.
         db: the user's records database (a Database or an existing SQLite path).
         shipped: also consult the shipped records.
-        untuned: also schedule recognised functions that have no record (with
-            ``Space.default()``); off by default, leaving them to TVM.
+        untuned: also schedule functions that have no record: with their space's
+            default config, or (llvm) the default schedule when no family covers them.
+            Off: they are left to TVM (single-threaded loops on llvm).
     """
 
     def __init__(
@@ -167,7 +70,7 @@ class RecordsDatabase:
         device: Any = None,
         db: Database | str | os.PathLike[str] | None = None,
         shipped: bool = True,
-        untuned: bool = False,
+        untuned: bool = True,
     ) -> None:
         self.target = target
         self.device = select_device(device, target=target)
@@ -175,52 +78,65 @@ class RecordsDatabase:
         self.shipped = shipped
         self.untuned = untuned
         self.applied: list[Applied] = []
-        self.ms_database = _records_database_class()(self)
 
-    def tuning_record(self, mod, target, workload_name: str):
-        from tvm.s_tir import meta_schedule as ms
+    def schedule_function(self, func: Any, name: str) -> Any | None:
+        """The scheduled replacement of the fused PrimFunc ``func`` (called ``name`` in its
+        module), or None to leave it to TVM. A config TVM refuses is logged and skipped:
+        one function must not fail the whole build."""
+        from tvm.s_tir import Schedule
 
-        funcs = list(mod.functions.values())
-        if len(funcs) != 1:
+        wl = FusedFunc.of(func, name)
+        try:
+            space = space_of(wl, target=self.target, limits=self.device.limits)
+        except Exception as exc:  # symbolic shapes, say: not a nest with known extents
+            log.info("%s: no space (%s: %s); left to TVM", name, type(exc).__name__, exc)
             return None
-        wl = recognize(funcs[0])
-        if wl is None:
-            log.info("%s: not an autosched workload; left to TVM", workload_name)
-            return None
+        sch = Schedule(wl.prim_func())
+        if space is None:
+            if not self.untuned or self.target != "llvm":
+                return None
+            default_schedule(sch, limits=self.device.limits)
+            self.applied.append(Applied(name, wl, FALLBACK, None, None))
+            return _replacement(sch)
         found = find_config(
             wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
         )
         if found.provenance == UNTUNED and not self.untuned:
-            log.warning("%s: %s has no record for this device; left to TVM", workload_name, wl)
             return None
         try:
-            sch = apply_to_prim_func(
-                funcs[0], wl, found.config, target=self.target, limits=self.device.limits
-            )
-        except ScheduleError as exc:  # a recogniser gap must not fail the whole build
-            log.warning("%s: %s could not be scheduled (%s); left to TVM", workload_name, wl, exc)
+            apply(sch, space, found.config)
+        except ScheduleError as exc:
+            log.warning("%s: the config could not be applied (%s); left to TVM", name, exc)
             return None
         rec = found.record
         self.applied.append(
             Applied(
-                workload_name,
-                wl,
-                found.provenance,
-                rec.id if rec else None,
-                rec.gflops if rec else None,
+                name, wl, found.provenance, rec.id if rec else None, rec.gflops if rec else None
             )
         )
-        log.info(
-            "%s: %s scheduled from %s record %s",
-            workload_name,
-            wl,
-            found.provenance,
-            rec.id if rec else "-",
-        )
-        run_secs = [float(rec.latency_s)] if rec and rec.latency_s else None
-        return ms.database.TuningRecord(
-            sch.trace, ms.database.Workload(mod), run_secs=run_secs, target=target
-        )
+        log.info("%s: scheduled from %s record %s", name, found.provenance, rec.id if rec else "-")
+        return _replacement(sch)
+
+    def apply_to(self, mod: Any) -> Any:
+        """``mod`` (after :func:`autosched.tvm.tasks.fuse`) with every fused PrimFunc that
+        gets a schedule replaced by the scheduled one."""
+        from tvm import tirx
+
+        funcs = [
+            (gv, f)
+            for gv, f in mod.functions.items()
+            if isinstance(f, tirx.PrimFunc) and not (f.attrs and "tirx.is_scheduled" in f.attrs)
+        ]
+        for gv, func in sorted(funcs, key=lambda kv: kv[0].name_hint):
+            new = self.schedule_function(func, gv.name_hint)
+            if new is not None:
+                mod.update_func(gv, new)
+        return mod
+
+
+def _replacement(sch: Any) -> Any:
+    """The scheduled function, private again (the normalised one is exported as main)."""
+    return sch.mod["main"].without_attr("global_symbol").with_attr("tirx.is_scheduled", True)
 
 
 @dataclass
@@ -271,6 +187,26 @@ class RelaxBuild:
             specs.append(TensorSpec(param.name, shape, str(ty.dtype), "input"))
         return tuple(specs)
 
+    def latency_ms(self, *args: Any, min_time_s: float = 0.2, **kwargs: Any) -> float:
+        """Median milliseconds of ``main`` on these arguments (llvm, host CPU; the
+        arguments bind as for a call)."""
+        import numpy as np
+        import tvm
+        from tvm import relax
+
+        if self.target != "llvm":
+            raise InvalidInputError(
+                f"a Relax build for {self.target} is not timed in this process; accepted: llvm"
+            )
+        arrays = bind(self.inputs, args, kwargs, what="main")
+        dev = tvm.cpu()
+        vm = relax.VirtualMachine(self.executable, dev)
+        tensors = [tvm.runtime.tensor(a, dev) for a in arrays.values()]
+        timer = vm.time_evaluator(
+            "main", dev, number=1, repeat=5, min_repeat_ms=int(min_time_s * 200)
+        )
+        return float(np.median(timer(*tensors).results)) * 1e3
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``main`` on the host CPU with numpy arrays: ``built(x, w)``, ``built(x=x, w=w)``.
 
@@ -312,24 +248,6 @@ def _to_numpy(value: Any) -> Any:
     return value
 
 
-def legalize_and_fuse(mod):
-    """The passes :func:`build` runs before applying records: FuseTransposeMatmul,
-    LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR (see :func:`build`)."""
-    import tvm
-    from tvm import relax
-
-    return tvm.transform.Sequential(
-        [
-            relax.transform.FuseTransposeMatmul(),
-            relax.transform.LegalizeOps(),
-            relax.transform.AnnotateTIROpPattern(),
-            relax.transform.FoldConstant(),
-            relax.transform.FuseOps(),
-            relax.transform.FuseTIR(),
-        ]
-    )(mod)
-
-
 def build(
     mod,
     target: str = "llvm",
@@ -337,18 +255,14 @@ def build(
     db: Database | str | os.PathLike[str] | None = None,
     device: Any = None,
     shipped: bool = True,
-    untuned: bool = False,
+    untuned: bool = True,
 ) -> RelaxBuild:
-    """Build a Relax module, applying autosched's tuned schedules to its fused PrimFuncs.
+    """Build a Relax module, applying autosched's records to its fused PrimFuncs.
 
-    Runs FuseTransposeMatmul (so that ``x @ W.T`` and ``relax.op.linear`` keep ``W`` in
-    ``nn.Linear``'s layout and read it as the ``dense`` workload does, instead of
-    transposing it in a kernel of its own), Relax's legalisation and fusion
-    (LegalizeOps, AnnotateTIROpPattern, FoldConstant, FuseOps, FuseTIR), then
-    ``MetaScheduleApplyDatabase`` with :class:`RecordsDatabase`, then ``tvm.compile``.
+    Runs :func:`autosched.tvm.tasks.fuse` (the pipeline task extraction runs), then
+    :meth:`RecordsDatabase.apply_to`, then ``tvm.compile`` for the device's target.
     """
     import tvm
-    from tvm import relax
 
     records = RecordsDatabase(target=target, device=device, db=db, shipped=shipped, untuned=untuned)
     if target == "llvm":
@@ -357,8 +271,6 @@ def build(
         tvm_target = tvm.target.Target({"kind": "opencl"}).with_host(
             tvm.target.Target({"kind": "llvm"})
         )
-    mod = legalize_and_fuse(mod)
-    with tvm_target, records.ms_database:
-        mod = relax.transform.MetaScheduleApplyDatabase()(mod)
+    mod = records.apply_to(fuse(mod))
     executable = tvm.compile(mod, target=tvm_target)
     return RelaxBuild(executable=executable, module=mod, applied=records.applied, target=target)

@@ -1,0 +1,340 @@
+"""``autosched model tasks|tune|build``: a whole model (ONNX, torch.export, a factory).
+
+Wiring as the other command modules: :func:`add_parser` adds the commands, the parsed
+namespace carries ``func``, bad input raises ``AutoschedError`` (one line, exit 2).
+MODEL is whatever :func:`autosched.models.load_model` takes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from autosched.cli.shared import check_writable
+from autosched.cli.shared import positive as _positive
+from autosched.errors import InvalidInputError
+
+TARGETS = ("llvm", "opencl")
+
+
+def _model_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="a .onnx file, a .pt2 program or file.py:factory")
+    p.add_argument(
+        "--input",
+        action="append",
+        default=[],
+        metavar="NAME=1x3x224x224",
+        help="shape of a model input whose size the file leaves open (repeatable)",
+    )
+
+
+def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = subparsers.add_parser(
+        "model",
+        help="a whole model: list its tasks, tune them, build it with the records",
+        description="A model's fused functions are its tasks, weighted by how often it "
+        "calls them. `tune` shares --trials among them (the gradient task scheduler); "
+        "`build` applies the records and writes a TVM library a Relax VM runs.",
+    )
+    sub = p.add_subparsers(dest="model_command", metavar="ACTION", required=True)
+
+    tasks = sub.add_parser("tasks", help="the model's tasks: weight, space family, share of time")
+    _model_arg(tasks)
+    tasks.add_argument("--job", metavar="F.toml", help="also write a farm job of the tasks")
+    tasks.add_argument("--trials", type=_positive, default=64, help="trials in the job file")
+    tasks.add_argument("--json", metavar="PATH", help="also write the table as JSON")
+    tasks.set_defaults(func=cmd_model_tasks)
+
+    tune = sub.add_parser("tune", help="tune the model's tasks with --trials in all")
+    _model_arg(tune)
+    tune.add_argument("--target", choices=TARGETS, default="llvm")
+    tune.add_argument("--trials", type=_positive, required=True, help="trials in all")
+    tune.add_argument("--batch", type=_positive, default=16, help="configs per batch")
+    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--hours", type=float, help="stop proposing after this many hours")
+    tune.add_argument(
+        "--db", default="autosched.db", help="records database (default: ./autosched.db)"
+    )
+    tune.add_argument("--json", metavar="PATH", help="write the result as JSON")
+    tune.add_argument("--report", metavar="F.html", help="write the job's HTML report")
+    tune.set_defaults(func=cmd_model_tune)
+
+    build = sub.add_parser("build", help="build the model with the records as a TVM library")
+    _model_arg(build)
+    build.add_argument("--target", choices=TARGETS, default="llvm")
+    build.add_argument("--db", required=True, help="records database")
+    build.add_argument("-o", "--output", required=True, metavar="model.so")
+    build.set_defaults(func=cmd_model_build)
+
+    comp = sub.add_parser(
+        "compile",
+        help="write every tuned kernel of the model with its manifest (OpenCL or llvm)",
+        description="For each task a space family covers: the best record's kernel (as "
+        "`autosched compile` writes one workload's), checked against the task's reference "
+        "on the device, in OUT/<task>/. TVM's Python package runs no OpenCL, so this is "
+        "how an OpenCL tuning of a model reaches an application.",
+    )
+    _model_arg(comp)
+    comp.add_argument("--target", choices=TARGETS, default="opencl")
+    comp.add_argument("--device", default=None, help="opencl: index or part of a name")
+    comp.add_argument("--db", required=True, help="records database")
+    comp.add_argument("-o", "--output", required=True, metavar="OUT", help="output directory")
+    comp.set_defaults(func=cmd_model_compile)
+
+
+def _inputs(items: list[str]) -> dict[str, tuple[int, ...]] | None:
+    from autosched.models import parse_input_shape
+
+    shapes = dict(parse_input_shape(item) for item in items)
+    return shapes or None
+
+
+def _load(args: argparse.Namespace):
+    shapes = _inputs(args.input)
+    from autosched.models import load_model
+
+    return load_model(args.model, inputs=shapes)
+
+
+def _task_rows(tasks, device) -> list[dict[str, Any]]:
+    from autosched.tvm.tasks import default_latency_ms
+
+    times = [default_latency_ms(t, device=device) for t in tasks]
+    total = sum(t.weight * ms for t, ms in zip(tasks, times)) or 1.0
+    return [
+        {
+            "task": t.name,
+            "workload": t.workload.key,
+            "weight": t.weight,
+            "family": t.family,
+            "untuned_ms": ms,
+            "share": t.weight * ms / total,
+        }
+        for t, ms in zip(tasks, times)
+    ]
+
+
+def cmd_model_tasks(args: argparse.Namespace) -> int:
+    from autosched.measure.device import select_device
+    from autosched.tvm.tasks import extract_tasks
+
+    if args.job:
+        check_writable(args.job, "--job")
+    model = _load(args)
+    device = select_device(None, target="llvm")
+    tasks = extract_tasks(model.mod, limits=device.limits)
+    rows = _task_rows(tasks, device)
+    print(f"{'task':58s} {'weight':>6s} {'family':12s} {'untuned':>10s} {'share':>6s}")
+    for r in sorted(rows, key=lambda r: -r["share"]):
+        family = r["family"] or "default"
+        print(
+            f"{r['task'][:58]:58s} {r['weight']:6d} {family:12s} "
+            f"{r['untuned_ms']:8.3f}ms {100 * r['share']:5.1f}%"
+        )
+    untunable = sum(r["share"] for r in rows if r["family"] is None)
+    print(f"{len(rows)} tasks; {100 * untunable:.1f}% of the untuned time has no space family")
+    if args.job:
+        _write_job(Path(args.job), model.name, tasks, args.trials)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": model.name, "tasks": rows}, indent=2))
+    return 0
+
+
+def _write_job(path: Path, name: str, tasks, trials: int) -> None:
+    """A farm job of the model's tunable tasks: each task's workload JSON inline."""
+    lines = [f"name = {json.dumps(name)}", f"trials = {trials}", 'policy = "gradient"', ""]
+    for t in tasks:
+        if t.family is None:
+            continue
+        lines += [
+            "[[tasks]]",
+            f"name = {json.dumps(t.name)}",
+            f"workload = {json.dumps(json.dumps(t.workload.to_json(), sort_keys=True))}",
+            'targets = ["llvm"]',
+            f"weight = {t.weight}",
+            "",
+        ]
+    try:
+        path.write_text("\n".join(lines))
+    except OSError as exc:
+        raise InvalidInputError(f"cannot write --job {path}: {exc.strerror}") from None
+
+
+def cmd_model_tune(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from autosched.measure.device import select_device
+    from autosched.measure.runner import TimingOptions
+    from autosched.records.opener import open_database
+    from autosched.tuning.model import task_timings, tune_tasks
+    from autosched.tuning.runner import LocalRunner
+    from autosched.tvm import build
+    from autosched.tvm.tasks import extract_tasks
+
+    for path, option in ((args.json, "--json"), (args.report, "--report")):
+        if path:
+            check_writable(path, option)
+    if args.hours is not None and args.hours <= 0:
+        raise InvalidInputError(f"--hours {args.hours} is not valid; accepted: a number > 0")
+    model = _load(args)
+    device = select_device(None, target=args.target)
+    tasks = extract_tasks(model.mod, target=args.target, limits=device.limits)
+    db = open_database(args.db)
+    deadline = time.time() + args.hours * 3600 if args.hours else None
+    start = time.time()
+    runner = LocalRunner(device, args.target, timing=TimingOptions(), keep=min(len(tasks), 4))
+    try:
+        result = tune_tasks(
+            tasks, runner, db, name=model.name, target=args.target, trials=args.trials,
+            batch=args.batch, seed=args.seed, deadline=deadline,
+        )  # fmt: skip
+    finally:
+        runner.close()
+    wall = time.time() - start
+    arrays = model.example_inputs(np.random.default_rng(args.seed))
+    ref_ms = _reference_ms(model, arrays)
+    if args.target == "llvm":
+        tuned = build(model.mod, args.target, db=db, shipped=False)
+        untuned = build(model.mod, args.target, db=None, shipped=False, untuned=False)
+        tuned_ms: float | None = tuned.latency_ms(**arrays)
+        untuned_ms: float | None = untuned.latency_ms(**arrays)
+        _check_outputs(tuned(**arrays), model.reference(arrays))
+        applied = {a.function for a in tuned.applied if a.provenance != "default-schedule"}
+    else:  # TVM's Python package runs no OpenCL: the kernels go out by `model compile`
+        tuned_ms = untuned_ms = None
+        applied = {f for t in tasks for f in t.functions if t.family is not None}
+    timings = task_timings(tasks, result)
+    data = {
+        "model": model.name,
+        "target": args.target,
+        "trials": args.trials,
+        "wall_s": wall,
+        "latency_ms": {"untuned": untuned_ms, "tuned": tuned_ms, "reference": ref_ms},
+        "tasks": [
+            {
+                "name": t.name,
+                "weight": t.weight,
+                "family": t.family,
+                "trials": t.trials,
+                "best_ms": t.best_ms,
+                "default_ms": t.default_ms,
+                "applied": any(f in applied for f in task.functions),
+            }
+            for t, task in zip(timings, tasks)
+        ],
+    }
+    for t in data["tasks"]:
+        best = f"{t['best_ms']:.4f}" if t["best_ms"] else "-"
+        print(f"{t['name'][:58]:58s} w={t['weight']:<3d} trials={t['trials']:<4d} best={best} ms")
+    if tuned_ms is not None and untuned_ms is not None:
+        print(
+            f"{model.name}: untuned {untuned_ms:.3f} ms, tuned {tuned_ms:.3f} ms, "
+            f"reference {ref_ms:.3f} ms ({result.new_trials} trials in {wall:.0f} s)"
+        )
+    else:
+        print(
+            f"{model.name}: {result.new_trials} trials in {wall:.0f} s on {args.target}; "
+            f"`autosched model compile --target {args.target}` writes the tuned kernels"
+        )
+    if args.json:
+        Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
+    if args.report:
+        from autosched.report.job import write_job_report
+
+        write_job_report(db, result, args.report)
+    return 0
+
+
+def _reference_ms(model, arrays, repeats: int = 5) -> float:
+    model.reference(arrays)  # warm-up
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        model.reference(arrays)
+        times.append(time.perf_counter() - t)
+    return sorted(times)[len(times) // 2] * 1e3
+
+
+def _check_outputs(got, want) -> None:
+    import numpy as np
+
+    got = got if isinstance(got, tuple) else (got,)
+    for i, (g, w) in enumerate(zip(got, want)):
+        if not np.allclose(g, w, rtol=1e-3, atol=1e-3):
+            print(
+                f"autosched: warning: output {i} differs from the reference by "
+                f"{float(np.abs(g - w).max()):.3g}",
+                file=sys.stderr,
+            )
+
+
+def cmd_model_build(args: argparse.Namespace) -> int:
+    from autosched.records.opener import open_database
+    from autosched.tvm import build
+
+    check_writable(args.output, "-o")
+    model = _load(args)
+    db = open_database(args.db, create=False)
+    built = build(model.mod, args.target, db=db, shipped=False)
+    try:
+        built.executable.export_library(args.output)
+    except Exception as exc:  # TVM's own errors: the linker's message
+        raise InvalidInputError(f"cannot write -o {args.output}: {exc}") from None
+    tuned = sum(1 for a in built.applied if a.record_id is not None)
+    print(f"{args.output}: {len(built.applied)} functions scheduled, {tuned} from records")
+    return 0
+
+
+def cmd_model_compile(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from autosched.compiler import compile
+    from autosched.measure.device import select_device
+    from autosched.records.opener import open_database
+    from autosched.tvm.tasks import extract_tasks
+
+    out = Path(args.output)
+    if out.exists() and not out.is_dir():
+        raise InvalidInputError(f"-o {out} is a file; accepted: a directory (created if missing)")
+    model = _load(args)
+    device = select_device(args.device, target=args.target)
+    tasks = [
+        t
+        for t in extract_tasks(model.mod, target=args.target, limits=device.limits)
+        if t.family is not None
+    ]
+    db = open_database(args.db, create=False)
+    rows = []
+    try:
+        for i, task in enumerate(tasks):
+            kernel = compile(task.workload, target=args.target, device=device, db=db, shipped=False)
+            inputs = task.workload.make_inputs(np.random.default_rng(i))
+            got = kernel.run(inputs)
+            want = task.workload.reference(inputs)
+            rtol, atol = task.workload.tolerance()
+            for name, ref in want.items():
+                if not np.allclose(got[name], ref, rtol=rtol, atol=atol):
+                    raise InvalidInputError(
+                        f"{task.name}: the compiled kernel's {name} differs from the reference "
+                        f"by {float(np.abs(got[name] - ref).max()):.3g} (a bug: please report it)"
+                    )
+            folder = out / f"{i:02d}-{task.name}"[:80]
+            kernel.save(folder)
+            rows.append((task, kernel, folder))
+    finally:
+        db.close()
+    for task, kernel, folder in rows:
+        rec = kernel.record
+        how = f"record {rec.id}" if rec is not None else "untuned (default schedule)"
+        print(
+            f"{task.name[:50]:50s} w={task.weight:<3d} {kernel.provenance:14s} {how:28s} {folder}"
+        )
+    tuned = sum(k.record is not None for _, k, _ in rows)
+    print(
+        f"wrote {len(rows)} kernels ({tuned} from records) for {device.name} ({args.target}) in {out}"
+    )
+    return 0

@@ -1,0 +1,175 @@
+"""The compiler side for IREE: the records, read back into MLIR.
+
+:func:`lookup` asks the database for the best config of a workload on a device:
+this exact device first, then the same hardware under another IREE or driver version,
+then (matmul) the same contraction tuned with another epilogue, since IREE fuses the
+epilogue into the root op's dispatch without changing its tiles.
+:func:`annotate_mlir` writes the found configs into a user's module as
+``compilation_info`` (what the SPIR-V pipeline honours; llvm-cpu too), and
+:func:`tuning_spec` writes them as a transform-dialect tuning spec for
+``iree-compile --iree-codegen-tuning-spec-path`` (llvm-cpu; SPIR-V ignores specs).
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from autosched.iree.linalg import Domain, domain, tensor_type
+from autosched.iree.mlir import annotate, find_roots
+from autosched.iree.render import compilation_info
+from autosched.ops import Workload, workload
+from autosched.records.base import Database
+from autosched.records.record import Record
+from autosched.space.config import Config
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Found:
+    """The record a config comes from, and how it was found (``exact``, ``family``:
+    same hardware, other versions; ``epilogue``: the same contraction, another epilogue)."""
+
+    record: Record
+    provenance: str
+
+    @property
+    def config(self) -> Config:
+        return Config.from_json(self.record.config)
+
+
+def lookup(db: Database, wl: Workload, *, target: str, device) -> Found | None:
+    """The best record of ``wl`` for ``device``, or None. Where IREE's own config
+    (pipeline ``auto``) measured fastest, that is the answer: nothing is written."""
+    candidates = [wl]
+    if wl.op == "matmul":
+        for ep in ("none", "bias", "bias_relu"):
+            if ep != wl.params.get("epilogue", "none"):
+                candidates.append(workload("matmul", M=wl.M, N=wl.N, K=wl.K, epilogue=ep))
+    for i, cand in enumerate(candidates):
+        for how, kw in (
+            ("exact", {"device_key": device.key(target)}),
+            ("family", {"device_family": device.family(target)}),
+        ):
+            recs = db.best(cand.key, target=target, k=1, **kw)
+            if recs:
+                return Found(recs[0], how if i == 0 else "epilogue")
+    return None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """One root op of a user's module and the record applied to it (None: left to IREE)."""
+
+    index: int
+    op: str
+    function: str
+    workload: Workload | None
+    found: Found | None
+
+
+def annotate_mlir(text: str, *, db: Database, target: str, device) -> tuple[str, list[Applied]]:
+    """``text`` with ``compilation_info`` on every root op that the records cover."""
+    applied, infos = [], {}
+    for root in find_roots(text):
+        found = None
+        if root.workload is not None:
+            found = lookup(db, root.workload, target=target, device=device)
+        if found is not None:
+            info = compilation_info(domain(root.workload), target, found.config)
+            if info:
+                infos[root.index] = info
+        applied.append(Applied(root.index, root.op, root.function, root.workload, found))
+    return (annotate(text, infos) if infos else text), applied
+
+
+# -- tuning specs ------------------------------------------------------------------------
+
+
+def _operand_types(wl: Workload) -> list[str]:
+    """The root op's operand types (inputs, then the init of its result) as IREE sees
+    them in the dispatch: a convolution's input already padded."""
+    dom: Domain = domain(wl)
+    p = wl.params
+    if wl.op == "matmul":
+        return [tensor_type(s) for s in ((wl.M, wl.K), (wl.K, wl.N), (wl.M, wl.N))]
+    if wl.op == "batch_matmul":
+        b, m, n, k = (p[x] for x in ("b", "m", "n", "k"))
+        return [tensor_type(s) for s in ((b, m, k), (b, k, n), (b, m, n))]
+    if wl.op in ("conv2d", "depthwise_conv2d"):
+        data = list(wl.data_shape)
+        hi, wi = (1, 2) if p["layout"] == "NHWC" else (2, 3)
+        data[hi] += 2 * p["pad"]
+        data[wi] += 2 * p["pad"]
+        return [tensor_type(data), tensor_type(wl.weight_shape), tensor_type(wl.out_shape)]
+    del dom
+    return [tensor_type((p["rows"], p["cols"])), tensor_type((p["rows"],))]
+
+
+def _matcher(name: str, wl: Workload, info: str) -> list[str]:
+    op = domain(wl).op
+    lines = [
+        f"  transform.named_sequence @{name}(%op: !transform.any_op {{transform.readonly}})"
+        " -> (!transform.any_op, !transform.any_param) {",
+        f'    transform.match.operation_name %op ["{op}"] : !transform.any_op',
+    ]
+    for i, t in enumerate(_operand_types(wl)):
+        lines += [
+            f"    %v{i} = transform.get_operand %op[{i}] : (!transform.any_op) -> !transform.any_value",
+            f"    transform.iree.match.cast_compatible_type %v{i} = {t} : !transform.any_value",
+        ]
+    lines += [
+        f"    %config = transform.param.constant {info} -> !transform.any_param",
+        "    transform.yield %op, %config : !transform.any_op, !transform.any_param",
+        "  }",
+    ]
+    return lines
+
+
+def tuning_spec(db: Database, *, device, target: str = "iree-llvm-cpu") -> tuple[str, list[Found]]:
+    """A transform-dialect tuning spec with the best tuned config of every workload the
+    database holds for ``device``, and the records used."""
+    keys: dict[str, Workload] = {}
+    for rec in db.query(target=target, device_family=device.family(target), status="ok"):
+        if rec.workload_key not in keys:
+            from autosched.ops import workload_from_json
+
+            keys[rec.workload_key] = workload_from_json(rec.workload)
+    matchers, used, names = [], [], []
+    for i, wl in enumerate(keys.values()):
+        found = lookup(db, wl, target=target, device=device)
+        if found is None or found.provenance == "epilogue":
+            continue
+        info = compilation_info(domain(wl), target, found.config)
+        if info is None:
+            continue
+        name = f"match_{wl.op}_{i}"
+        matchers += _matcher(name, wl, info)
+        names.append(name)
+        used.append(found)
+    lines = [
+        "module attributes {iree_codegen.tuning_spec_with_default_entrypoint, "
+        "transform.with_named_sequence} {",
+        "  transform.named_sequence @apply_op_config(%op: !transform.any_op "
+        "{transform.readonly}, %config: !transform.any_param {transform.readonly}) {",
+        '    transform.annotate %op "compilation_info" = %config : '
+        "!transform.any_op, !transform.any_param",
+        "    transform.yield",
+        "  }",
+        *matchers,
+        "  transform.named_sequence @__kernel_config(%variant: !transform.any_op "
+        "{transform.consumed}) -> !transform.any_op attributes "
+        "{iree_codegen.tuning_spec_entrypoint} {",
+    ]
+    if names:
+        pairs = ", ".join(f"@{n} -> @apply_op_config" for n in names)
+        lines += [
+            f"    %res = transform.foreach_match in %variant {pairs} "
+            ": (!transform.any_op) -> !transform.any_op",
+            "    transform.yield %res : !transform.any_op",
+        ]
+    else:
+        lines.append("    transform.yield %variant : !transform.any_op")
+    lines += ["  }", "}"]
+    return "\n".join(lines) + "\n", used

@@ -1,0 +1,149 @@
+"""Run IREE modules through ``iree.runtime``: correctness first, then timing.
+
+Runs inside a measurement worker process (:mod:`autosched.measure.worker`), like the
+OpenCL and TVM runners, and with the same rules: the first call's outputs are checked
+against numpy's reference, then warm-up calls, then timed samples until enough time
+is measured; a sample of a short kernel is several back-to-back calls.
+
+A module's ``@main`` call returns when its work is done (IREE's synchronous calling
+convention), so a call's wall time is the kernel's time plus the runtime's small
+per-call overhead, the same for every config.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from autosched.measure.program import IreeProgram
+from autosched.measure.runner import (
+    RunOutcome,
+    TestData,
+    TimingOptions,
+    _compare,
+    _first_lines,
+    timing_plan,
+)
+from autosched.records.record import BUILD_ERROR, OK, RUN_ERROR, WRONG_RESULT
+
+# Vulkan imports host memory only at this alignment of address and size
+# (minImportedHostPointerAlignment).
+HOST_ALIGNMENT = 4096
+
+
+def aligned_block(nbytes: int) -> np.ndarray:
+    """Bytes whose address and length are multiples of 4096 (at least ``nbytes``)."""
+    padded = max(HOST_ALIGNMENT, -(-nbytes // HOST_ALIGNMENT) * HOST_ALIGNMENT)
+    raw = np.empty(padded + HOST_ALIGNMENT, dtype=np.uint8)
+    offset = (-raw.ctypes.data) % HOST_ALIGNMENT
+    return raw[offset : offset + padded]
+
+
+def aligned_empty(shape: tuple[int, ...], dtype: np.dtype | str) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on a 4096-byte boundary."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    return aligned_block(nbytes)[:nbytes].view(dtype).reshape(shape)
+
+
+class IreeRunner:
+    """Owns one IREE runtime device; runs modules against cached test data.
+
+    Args:
+        driver: ``local-task`` or ``vulkan``.
+        threads: ``local-task``: worker threads of IREE's task system.
+    """
+
+    MIN_SAMPLE_S = 1e-4
+
+    def __init__(self, driver: str, threads: int = 0) -> None:
+        import iree.runtime as rt
+
+        if driver == "local-task" and threads:
+            rt.flags.parse_flags(f"--task_topology_max_group_count={threads}")
+        self.rt = rt
+        self.driver = driver
+        self.config = rt.Config(driver)
+        self.device = self.config.device
+        self.data: TestData | None = None
+        self._inputs: dict[str, object] = {}
+
+    def set_data(self, data: TestData) -> None:
+        self.data = data
+        self._inputs = {
+            name: self.rt.asdevicearray(self.device, np.ascontiguousarray(arr))
+            for name, arr in data.inputs.items()
+        }
+
+    def to_numpy(self, array) -> np.ndarray:
+        """A device array's contents on the host.
+
+        ``DeviceArray.to_host`` maps what the host can see; a Vulkan buffer it cannot
+        is copied into an imported host allocation, which Vulkan takes only 4096-byte
+        aligned: here an aligned numpy array is imported and copied into.
+        """
+        rt = self.rt
+        if not hasattr(array, "_buffer_view") or array._is_mappable():
+            return np.array(array.to_host())
+        view = array._buffer_view
+        source = view.get_buffer()
+        shape, dtype = tuple(view.shape), np.dtype(array.dtype)
+        nbytes = int(np.prod(shape)) * dtype.itemsize
+        block = aligned_block(nbytes)
+        mem = int(rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE)
+        usage = int(rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_PERSISTENT)
+        target = self.device.allocator.import_host_allocation(
+            block, memory_type=mem, allowed_usage=usage
+        )
+        sem = self.device.create_semaphore(0)
+        self.device.queue_copy(
+            source,
+            target,
+            wait_semaphores=rt.HalFence.create_at(sem, 0),
+            signal_semaphores=rt.HalFence.create_at(sem, 1),
+        )
+        rt.HalFence.create_at(sem, 1).wait()
+        return np.array(block[:nbytes].view(dtype).reshape(shape))
+
+    def run(self, program: IreeProgram, options: TimingOptions) -> RunOutcome:
+        rt = self.rt
+        assert self.data is not None, "set_data first"
+        if program.driver != self.driver:
+            return RunOutcome(
+                RUN_ERROR, f"a {program.driver} module reached a {self.driver} device"
+            )
+        t0 = time.perf_counter()
+        try:
+            vm = rt.VmModule.copy_buffer(self.config.vm_instance, program.module)
+            ctx = rt.SystemContext(vm_modules=[vm], config=self.config)
+            func = ctx.modules.module["main"]
+        except Exception as exc:
+            return RunOutcome(BUILD_ERROR, f"cannot load the module: {_first_lines(exc)}")
+        args = [self._inputs[t.name] for t in program.tensors if t.role == "input"]
+        names = [t.name for t in program.tensors if t.role == "output"]
+        try:
+            result = func(*args)
+            compile_s = time.perf_counter() - t0
+            results = result if isinstance(result, (tuple, list)) else (result,)
+            for name, value in zip(names, results):
+                problem = _compare(
+                    self.to_numpy(value), self.data.expected[name], self.data.rtol, self.data.atol
+                )
+                if problem:
+                    return RunOutcome(WRONG_RESULT, f"{name}: {problem}", compile_s=compile_s)
+            for _ in range(options.warmup):
+                func(*args)
+            start = time.perf_counter()
+            func(*args)
+            estimate = max(time.perf_counter() - start, 1e-7)
+            number, repeats = timing_plan(estimate, options, min_sample_s=self.MIN_SAMPLE_S)
+            latencies = []
+            for _ in range(repeats):
+                start = time.perf_counter()
+                for _ in range(number):
+                    func(*args)
+                latencies.append((time.perf_counter() - start) / number)
+        except Exception as exc:
+            return RunOutcome(RUN_ERROR, f"call failed: {_first_lines(exc)}")
+        return RunOutcome(OK, "", tuple(latencies), compile_s)

@@ -1,0 +1,148 @@
+"""What the model search believes before and while it measures, and how much to trust it.
+
+The search ranks candidates by a blend of *sources*:
+
+* the device prior (:func:`autosched.cost_model.prior_score`): what the device's own
+  properties suggest, before anything is measured;
+* one transfer model per other device family whose records of the operator are at
+  hand (fitted on that family's records, with its own device features);
+* the device's own model: a bootstrap ensemble fitted on this device family's
+  records, scored by an upper confidence bound (mean + ``kappa`` x spread), so that
+  configs the data says little about get explored.
+
+Each source's weight is how well it ranks this workload's own measurements so far
+(Kendall's tau, clipped at 0; the own model's from its out-of-bag predictions), as in
+rank-weighted Gaussian-process ensembles (Feurer et al., RGPE): a prior or a transfer
+source that ranks this device wrongly fades within a batch or two, and one that ranks
+it well keeps steering. Before three measurements every prior source counts equally.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from autosched.cost_model import featurize, prior_score, training_set
+from autosched.cost_model.ensemble import BootstrapEnsemble
+from autosched.records.record import Record
+from autosched.search.base import score
+from autosched.space.config import Config
+from autosched.space.space import Space
+
+log = logging.getLogger(__name__)
+
+MIN_RANKED = 3  # own measurements of the workload before sources are weighed by them
+OWN_FLOOR = 0.05  # a fitted own model keeps at least this weight: the data is the device's
+
+
+@dataclass
+class Source:
+    name: str
+    predict: Callable[[np.ndarray], np.ndarray]
+    weight: float = 1.0
+
+
+def kendall(pred: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau-b of ``pred`` against ``y`` (0 when either is constant)."""
+    from scipy.stats import kendalltau
+
+    if len(y) < 2 or np.ptp(pred) == 0 or np.ptp(y) == 0:
+        return 0.0
+    tau = kendalltau(pred, y).statistic
+    return 0.0 if not np.isfinite(tau) else float(tau)
+
+
+def ranks(values: np.ndarray) -> np.ndarray:
+    """Ranks scaled to [0, 1] (ties broken by order): comparable across scorers."""
+    if len(values) < 2:
+        return np.zeros(len(values))
+    return np.argsort(np.argsort(values, kind="stable"), kind="stable") / (len(values) - 1)
+
+
+class Blend:
+    """The sources of one search, refitted when records arrive.
+
+    Args:
+        space: the space being searched (its feature columns are the rows' columns).
+        seed: seeds every fitted model.
+        kappa: weight of the own ensemble's spread in its upper confidence bound.
+        members: bootstrap members of the own ensemble.
+        model_kind: cost model kind of the ensemble members and the transfer models.
+    """
+
+    def __init__(
+        self,
+        space: Space,
+        *,
+        seed: int,
+        kappa: float = 1.0,
+        members: int = 5,
+        model_kind: str | None = None,
+    ) -> None:
+        from autosched.cost_model import DEFAULT_KIND, feature_names
+
+        self.space = space
+        self.seed = seed
+        self.kappa = kappa
+        self.kind = model_kind or DEFAULT_KIND
+        self.names = feature_names(space)
+        self.own = BootstrapEnsemble(self.kind, members=members, seed=seed)
+        self.transfer: dict[str, Source] = {}
+        self.sources: list[Source] = []
+
+    def add_transfer(
+        self, family: str, records: Sequence[Record], space_for: Callable[[dict], Space]
+    ) -> None:
+        """Fit a transfer source on another device family's records (once per family)."""
+        from autosched.cost_model import make_model
+
+        if family in self.transfer:
+            return
+        X, y, g = training_set(records, space_for, names=self.names)
+        model = make_model(self.kind, seed=self.seed).fit(X, y, g)
+        if model.is_fitted:
+            self.transfer[family] = Source(f"transfer:{family}", model.predict)
+            log.debug("transfer source from %d records of family %s", len(y), family)
+
+    def refit(
+        self, own: Sequence[Record], mine: Sequence[Record], space_for: Callable[[dict], Space]
+    ) -> None:
+        """Refit the own ensemble on ``own`` (this family's records, ``mine`` first: this
+        workload's) and weigh every source by how it ranks ``mine``."""
+        X, y, g = training_set(list(own), space_for, names=self.names)
+        self.own.fit(X, y, g)
+        sources = [Source("prior", prior_score), *self.transfer.values()]
+        valid = [(Config(r.config), score(r)) for r in mine]
+        valid = [(c, s) for c, s in valid if self.space.is_valid(c)]
+        if len(valid) >= MIN_RANKED:
+            Xm = featurize(self.space, [c for c, _ in valid], names=self.names)
+            ym = np.array([s for _, s in valid])
+            for s in sources:
+                s.weight = max(0.0, kendall(s.predict(Xm), ym))
+            if self.own.is_fitted:
+                oob = self.own.oob_prediction_[: len(valid)]
+                has = np.isfinite(oob)
+                tau = kendall(oob[has], ym[has]) if has.sum() >= MIN_RANKED else 0.0
+                sources.append(Source("own", self._ucb, max(OWN_FLOOR, tau)))
+        elif self.own.is_fitted:
+            sources.append(Source("own", self._ucb, OWN_FLOOR))
+        self.sources = sources
+        log.debug("source weights: %s", {s.name: round(s.weight, 3) for s in sources})
+
+    def _ucb(self, X: np.ndarray) -> np.ndarray:
+        mean, spread = self.own.predict_dist(X)
+        return mean + self.kappa * spread
+
+    def score(self, configs: Sequence[Config]) -> np.ndarray:
+        """The blended rank of each config (higher = measure sooner)."""
+        X = featurize(self.space, configs, names=self.names)
+        total = sum(s.weight for s in self.sources)
+        if total <= 0:  # nothing ranks this device yet: trust the own data alone
+            return ranks(self._ucb(X)) if self.own.is_fitted else np.zeros(len(configs))
+        return sum(s.weight * ranks(s.predict(X)) for s in self.sources if s.weight > 0) / total
+
+    def weights(self) -> dict[str, float]:
+        return {s.name: s.weight for s in self.sources}

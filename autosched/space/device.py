@@ -1,0 +1,103 @@
+"""What a device's fingerprint says about its schedules: limits and vector shape.
+
+A fingerprint is the plain-data description every record carries (``Record.device``):
+an OpenCL device's properties (:class:`autosched.measure.device.Device`) or the host
+CPU's (:class:`autosched.measure.cpu.HostCPU`). The spaces need its limits to prune
+configs, and the cost model's prior needs its vector shape (lanes of one native fp32
+vector, vector registers per thread) and compute units. Both come from the device's
+own properties, so records of any device, including ones never met, rebuild the same
+space and prior.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from autosched.space.space import DeviceLimits
+
+# Vector registers of each x86/Arm SIMD extension (the architectural register file).
+_X86_AVX512 = ("avx512f",)
+_X86_AVX = ("avx2", "avx")
+_ARM = ("asimd", "sve", "neon")
+
+
+def vector_shape(device: Mapping[str, Any]) -> tuple[int, int]:
+    """``(fp32 lanes of one native vector, vector registers per thread)`` of a device.
+
+    From the CPU's instruction-set extensions (``isa``, the llvm target's fingerprint)
+    or the OpenCL driver's ``native_vector_width_float``. A fingerprint recorded before
+    that field existed falls back to what its name says (PoCL names its CPU device after
+    LLVM's CPU, e.g. ``pthread-skylake-avx512``). A GPU work-item is scalar with a
+    budget of about 64 registers for accumulators.
+    """
+    isa = {str(x).lower() for x in device.get("isa") or ()}
+    if isa:
+        if isa & set(_X86_AVX512):
+            return 16, 32
+        if isa & set(_X86_AVX):
+            return 8, 16
+        if isa & set(_ARM):
+            return 4, 32
+        return 4, 16
+    is_cpu = device.get("type", "cpu") == "cpu"
+    width = int(device.get("native_vector_width_float") or 0)
+    if not is_cpu:
+        return max(1, width), 64
+    if width <= 0:
+        text = f"{device.get('name', '')} {device.get('version', '')}".lower()
+        width = 16 if "avx512" in text else 8 if "x86" in text else 4
+    # x86's 512-bit extension doubled the register file; Arm's has 32 registers.
+    arm = any(a in str(device.get("name", "")).lower() for a in ("arm", "aarch64"))
+    return width, 32 if width >= 16 or arm else 16
+
+
+def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
+    """The limits a device's fingerprint (``Record.device``) implies for ``target``.
+
+    Raises:
+        KeyError, TypeError, ValueError: the fingerprint lacks a field the target needs.
+    """
+    lanes, registers = vector_shape(device)
+    units = max(1, int(device.get("compute_units") or 1))
+    if target.startswith("iree-"):  # as IreeDevice.limits
+        isa = device.get("isa") or []
+        bits = 512 if "avx512f" in isa else 256 if {"avx", "avx2"} & set(isa) else 128
+        invocations = int(device.get("max_invocations") or 1)
+        return DeviceLimits(
+            max_work_group_size=invocations,
+            max_work_item_size=invocations,
+            local_mem_bytes=int(device.get("shared_bytes") or 0),
+            is_cpu=device.get("type") == "cpu",
+            cores=units,
+            compute_units=units,
+            vector_lanes=lanes,
+            vector_registers=registers,
+            vector_bits=bits,
+            subgroup_size=int(device.get("subgroup_size") or 0),
+        )
+    if target == "llvm":
+        return DeviceLimits(
+            max_work_group_size=1,
+            max_work_item_size=1,
+            local_mem_bytes=0,
+            is_cpu=True,
+            cores=units,
+            compute_units=units,
+            vector_lanes=lanes,
+            vector_registers=registers,
+        )
+    sizes = device.get("max_work_item_sizes") or [device["max_work_group_size"]]
+    is_cpu = device.get("type") == "cpu"
+    # Recorded before the type was kept: CPU drivers emulate local memory.
+    emulated = device["local_mem_type"] == "global" if "local_mem_type" in device else is_cpu
+    return DeviceLimits(
+        max_work_group_size=int(device["max_work_group_size"]),
+        max_work_item_size=int(sizes[0]),
+        local_mem_bytes=int(device["local_mem_bytes"]),
+        is_cpu=is_cpu,
+        compute_units=units,
+        vector_lanes=lanes,
+        vector_registers=registers,
+        local_mem_emulated=emulated,
+    )

@@ -1,0 +1,195 @@
+"""A model's tuning tasks: every fused PrimFunc with its weight, and the space that fits it.
+
+One pass pipeline (:func:`fuse`) serves extraction and build, so the function a record
+was tuned for and the one a build looks up have the same :class:`FusedFunc` key.
+
+Each fused function gets the space family its loop nest fits, read off the nest and
+never off its name (:func:`autosched.space.select.make_space`): a contraction (one
+reduction reused across outputs, with the producers and epilogue fusion put around it)
+or a row-wise nest (per-row reductions and maps, over one or several leading row axes).
+A function no family covers (pooling windows, reshapes and transposes, a mean over two
+axes) gets :func:`default_schedule`: parallel and vectorised loops, no tuning.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from autosched.errors import AutoschedError, ScheduleError
+from autosched.ops.fused import FusedFunc
+from autosched.space.space import DeviceLimits, Space
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ModelTask:
+    """One distinct fused function of a model.
+
+    Attributes:
+        name: the first Relax function name it was found under (``fused_conv2d_add_relu``).
+        workload: the function as a workload (its key is the same on every machine).
+        weight: how many times one run of ``main`` calls it (all its copies together).
+        family: ``"contraction"``, ``"rowwise"``, or None (only the default schedule).
+        functions: every Relax function name that computes it.
+    """
+
+    name: str
+    workload: FusedFunc
+    weight: int
+    family: str | None
+    functions: tuple[str, ...]
+
+
+def fuse(mod: Any) -> Any:
+    """The passes shared by extraction and build: inference decompositions (batch norm),
+    canonical bindings, FuseTransposeMatmul (a linear layer's weight is read in place, not
+    transposed in a kernel of its own), legalisation, pattern annotation, constant folding,
+    FuseOps and FuseTIR."""
+    import tvm
+    from tvm import relax
+
+    return tvm.transform.Sequential(
+        [
+            relax.transform.DecomposeOpsForInference(),
+            relax.transform.CanonicalizeBindings(),
+            relax.transform.FuseTransposeMatmul(),
+            relax.transform.LegalizeOps(),
+            relax.transform.AnnotateTIROpPattern(),
+            relax.transform.FoldConstant(),
+            relax.transform.FuseOps(),
+            relax.transform.FuseTIR(),
+        ]
+    )(mod)
+
+
+def call_counts(mod: Any) -> dict[str, int]:
+    """How many times ``main`` calls each PrimFunc (``call_tir`` and its variants)."""
+    from tvm import relax, tirx
+
+    counts: dict[str, int] = {}
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and expr.args:
+            callee = expr.args[0]
+            if isinstance(callee, relax.GlobalVar) and isinstance(mod[callee], tirx.PrimFunc):
+                counts[callee.name_hint] = counts.get(callee.name_hint, 0) + 1
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    return counts
+
+
+def space_of(workload: FusedFunc, *, target: str, limits: DeviceLimits) -> Space | None:
+    """The space whose family fits ``workload``'s loop nest, or None when none does."""
+    from autosched.space.select import make_space
+
+    try:
+        return make_space(workload, target=target, limits=limits)
+    except (ScheduleError, AutoschedError) as exc:
+        log.debug("%s: no space family (%s)", workload, exc)
+        return None
+
+
+def extract_tasks(
+    mod: Any, *, target: str = "llvm", limits: DeviceLimits | None = None, fused: bool = False
+) -> list[ModelTask]:
+    """The tasks of a Relax module, heaviest first (by weight, then name).
+
+    Args:
+        mod: the model's Relax IRModule (weights bound as constants).
+        target: the target the spaces are made for.
+        limits: the device's limits (default: this host's CPU for llvm).
+        fused: ``mod`` already went through :func:`fuse`.
+    """
+    from tvm import tirx
+
+    if limits is None:
+        from autosched.measure.device import select_device
+
+        limits = select_device(None, target=target).limits
+    mod = mod if fused else fuse(mod)
+    counts = call_counts(mod)
+    by_key: dict[str, dict[str, Any]] = {}
+    for gv, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
+        if not isinstance(func, tirx.PrimFunc) or gv.name_hint not in counts:
+            continue
+        wl = FusedFunc.of(func, gv.name_hint)
+        entry = by_key.setdefault(wl.key, {"workload": wl, "weight": 0, "functions": []})
+        entry["weight"] += counts[gv.name_hint]
+        entry["functions"].append(gv.name_hint)
+    tasks = []
+    for entry in by_key.values():
+        wl = entry["workload"]
+        space = space_of(wl, target=target, limits=limits)
+        tasks.append(
+            ModelTask(
+                name=entry["functions"][0],
+                workload=wl,
+                weight=entry["weight"],
+                family=space.family if space is not None else None,
+                functions=tuple(entry["functions"]),
+            )
+        )
+    return sorted(tasks, key=lambda t: (-t.weight, t.name))
+
+
+def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
+    """The schedule of a function no family covers, for llvm: in each block at the top
+    level, the leading spatial loops are fused into one parallel loop, and an innermost
+    spatial loop of a block that does not reduce is split into vectors of the device's
+    native width. A step TVM refuses is skipped (the block keeps TVM's plain loops)."""
+    lanes = max(1, limits.vector_lanes)
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        block = sch.get(rv)
+        kinds = [int(iv.iter_type) for iv in block.iter_vars]
+        loops = sch.get_loops(rv)
+        if not loops or len(loops) != len(kinds):
+            continue
+        lead = 0
+        while lead < len(kinds) and kinds[lead] == 0:
+            lead += 1
+        vector = lead == len(kinds) and lanes > 1 and len(loops) > 1
+        try:
+            if vector:
+                extent = int(sch.get(loops[-1]).extent)
+                if extent >= lanes and extent % lanes == 0:
+                    _, inner = sch.split(loops[-1], [None, lanes])
+                    sch.vectorize(inner)
+                    lead -= 1
+            if lead >= 1:
+                outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
+                sch.parallel(outer)
+        except Exception as exc:  # TVM raises its own error types; the block stays plain
+            log.debug("default schedule of %s: %s", block.name_hint, exc)
+
+
+def default_latency_ms(task: ModelTask, *, device: Any, min_time_s: float = 0.05) -> float:
+    """Milliseconds of one call of ``task``'s function as an untuned build runs it: its
+    space's default config, or :func:`default_schedule` where no family covers it (llvm;
+    TVM's runtime, the device's threads). Inputs are random in [-1, 1)."""
+    import numpy as np
+    import tvm
+    from tvm.s_tir import Schedule
+
+    from autosched.space.schedule import apply
+
+    wl = task.workload
+    sch = Schedule(wl.prim_func())
+    space = space_of(wl, target="llvm", limits=device.limits)
+    if space is None:
+        default_schedule(sch, limits=device.limits)
+    else:
+        apply(sch, space, space.default())
+    lib = tvm.compile(sch.mod, target=tvm.target.Target(device.tvm_target()))
+    rng = np.random.default_rng(0)
+    dev = tvm.cpu()
+    args = [
+        tvm.runtime.tensor(rng.uniform(-1, 1, t.shape).astype(t.dtype), dev)
+        for t in wl.tensor_specs()
+    ]
+    timer = lib.mod.time_evaluator(
+        "main", dev, number=1, repeat=3, min_repeat_ms=int(min_time_s * 1e3)
+    )
+    return float(np.median(timer(*args).results)) * 1e3

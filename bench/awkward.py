@@ -1,0 +1,152 @@
+"""Benchmark: matmuls with prime and odd extents, tuned on both targets, against numpy.
+
+    python -m bench.awkward [--shapes 127x1000x333,...] [--targets opencl,llvm] [--trials 48]
+
+Issue 13, part 3: tiles that need not divide their axes (guarded tails) give prime and
+odd extents the wide register tiles and vectors of their power-of-two neighbours. Each
+shape is tuned from a cold database with the default strategy (the cost model) for
+``--trials`` trials on each target; numpy (OpenBLAS) is timed by the project's vendor
+harness (:func:`autosched.report.vendor.time_vendor`) in the same run, before and after
+each tuning run, and the lower of the two counts (a neighbour on a shared machine can
+slow either). Target: at least 0.8x numpy on both targets.
+
+Runs accumulate: each (shape, target) row replaces the one of the same key in the JSON
+(``--out``, default bench/results/awkward.json), so a long benchmark can run in chunks.
+Prints the table of everything in the file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import autosched
+from autosched.measure.cpu import host_cpu
+from autosched.measure.device import select_device
+from autosched.report.vendor import time_vendor
+
+# M x N x K: M prime, K = 9 x 37; all three prime or odd; N prime (no vector divides it
+# but 1); M and K just past a power of two.
+SHAPES = ("127x1000x333", "251x509x127", "257x512x129")
+GOAL = 0.8
+OUT = Path(__file__).parent / "results" / "awkward.json"
+
+
+def parse_shape(text: str) -> dict[str, int]:
+    try:
+        m, n, k = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise SystemExit(f"error: shape {text!r} is not MxNxK (e.g. 127x1000x333)") from None
+    return dict(M=m, N=n, K=k)
+
+
+def run_one(shape: str, target: str, *, trials: int, batch: int, seed: int) -> dict:
+    wl = autosched.workload("matmul", **parse_shape(shape))
+    lib_before = time_vendor(wl)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        res = autosched.tune(
+            wl,
+            trials=trials,
+            batch=batch,
+            target=target,
+            db=Path(tmp) / "bench.db",
+            seed=seed,
+        )
+    wall = time.perf_counter() - t0
+    lib_after = time_vendor(wl)
+    library = min(lib_before.gflops, lib_after.gflops)
+    best = res.best.gflops if res.best else None
+    ratio = best / library if best else None
+    return {
+        "shape": shape,
+        "target": target,
+        "params": wl.params,
+        "tuned_gflops": best,
+        "tuned_spread": res.best.spread if res.best else None,
+        "default_gflops": res.default.gflops if res.default else None,
+        "library": lib_before.method + (f" ({lib_before.blas})" if lib_before.blas else ""),
+        "library_gflops_before": lib_before.gflops,
+        "library_gflops_after": lib_after.gflops,
+        "tuned_vs_library": ratio,
+        "met": None if ratio is None else ratio >= GOAL,
+        "best_config": res.best.config if res.best else None,
+        "trials": res.trials,
+        "wall_s": wall,
+    }
+
+
+def _fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| shape MxNxK | target | tuned GFLOP/s | default | numpy GFLOP/s (before/after) "
+        "| tuned / numpy | >= 0.8 | best config |",
+        "|" + "---|" * 8,
+    ]
+    for r in rows:
+        cfg = r["best_config"] or {}
+        tiles = " ".join(f"{k}={v}" for k, v in sorted(cfg.items()))
+        lines.append(
+            f"| {r['shape']} | {r['target']} | {_fmt(r['tuned_gflops'])} | "
+            f"{_fmt(r['default_gflops'])} | {_fmt(r['library_gflops_before'])} / "
+            f"{_fmt(r['library_gflops_after'])} | {_fmt(r['tuned_vs_library'], '.2f')} | "
+            f"{'-' if r['met'] is None else ('yes' if r['met'] else 'NO')} | {tiles} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated MxNxK")
+    p.add_argument("--targets", default="opencl,llvm")
+    p.add_argument("--trials", type=int, default=48)
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=str(OUT))
+    args = p.parse_args()
+    shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    for s in shapes:
+        parse_shape(s)
+    targets = [t.strip() for t in args.targets.split(",") if t.strip()]
+    bad = [t for t in targets if t not in ("opencl", "llvm")]
+    if bad:
+        p.error(f"unknown targets {bad}; accepted: opencl, llvm")
+    out_path = Path(args.out)
+    data = json.loads(out_path.read_text()) if out_path.exists() else {"results": []}
+    cpu = host_cpu()
+    data["cpu"] = {"name": cpu.name, "vendor": cpu.vendor, "mcpu": cpu.mcpu, "isa": list(cpu.isa)}
+    data["cores"] = cpu.cores
+    data["devices"] = data.get("devices", {})
+    for target in targets:
+        device = select_device() if target == "opencl" else cpu
+        data["devices"][target] = device.fingerprint(target)
+    data["goal"] = f"tuned >= {GOAL}x numpy on both targets, {args.trials} trials"
+    for shape in shapes:
+        for target in targets:
+            row = run_one(shape, target, trials=args.trials, batch=args.batch, seed=args.seed)
+            row["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
+            print(
+                f"{shape:14s} {target:6s} tuned {_fmt(row['tuned_gflops']):>7s}  numpy "
+                f"{_fmt(min(row['library_gflops_before'], row['library_gflops_after'])):>7s}"
+                f"  ratio {_fmt(row['tuned_vs_library'], '.2f')}  {row['wall_s']:.0f} s",
+                flush=True,
+            )
+            data["results"] = [
+                r for r in data["results"] if (r["shape"], r["target"]) != (shape, target)
+            ] + [row]
+            data["results"].sort(key=lambda r: (r["shape"], r["target"]))
+            out_path.parent.mkdir(parents=True, exist_ok=True)
+            out_path.write_text(json.dumps(data, indent=1) + "\n")
+    print()
+    print(table(data["results"]))
+    print(f"\nwrote {out_path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,375 @@
+"""Benchmark: end-to-end latency of whole models, batch 1, on the host CPU.
+
+    flock /tmp/autosched-cpu.lock python bench/models.py --model resnet18|bert|gpt2|all
+
+Models (autosched/models/zoo.py, random weights, seed 0): a hand-written ResNet-18
+(1x3x224x224), a BERT-base encoder layer (seq 128) and a GPT-2 decoder block with a
+causal mask (seq 128). Each is imported with ``autosched.models.load_model`` (the
+``zoo.py:factory`` path, torch.export -> Relax) and run by:
+
+- TVM untuned: ``tvm.compile`` of the imported module for this CPU, no records;
+- autosched / MetaSchedule after N trials per task: the ``TUNED`` hooks below, each a
+  function that tunes the model and returns a built Relax executable (not wired here:
+  the columns stay empty until they are);
+- onnxruntime (the model exported by ``zoo.export_onnx``) and torch eager.
+
+Every runner's outputs are checked against torch eager before its timings count. The
+runners are timed in interleaved rounds (the machine is shared: figures from one window
+are compared), all on the same number of threads, by default every usable core (``--threads``):
+TVM_NUM_THREADS is set before TVM is imported (its runtime otherwise takes half the
+logical CPUs), torch and onnxruntime get the same count. Prints a table and writes bench/results/models.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from autosched.models import Model, load_model  # noqa: E402
+
+log = logging.getLogger("bench.models")
+
+USABLE_CORES = (
+    len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+)
+THREADS = USABLE_CORES  # what every runner uses; main() sets it (and TVM's) from --threads
+
+ZOO = ROOT / "autosched" / "models" / "zoo.py"
+# --model name -> (zoo factory at benchmark size, zoo factory of a tiny version for --tiny)
+MODELS = {
+    "resnet18": ("resnet18", "tiny_resnet18"),
+    "bert": ("bert_layer", "tiny_bert_layer"),
+    "gpt2": ("gpt2_block", "tiny_gpt2_block"),
+}
+TRIALS = (16, 32, 64)
+
+
+class TunedBuild(Protocol):
+    """Tune ``model`` with ``trials_per_task`` trials for each of its tasks, in ``work_dir``.
+
+    Returns the Relax executable built with the tuned schedules (what ``tvm.compile``
+    returns) and the tuning wall time in seconds. This is where the lead wires
+    ``autosched.tvm.build`` (autosched) and MetaSchedule (``tune_relax`` with the same
+    total trials, applied with ``MetaScheduleApplyDatabase``).
+    """
+
+    def __call__(
+        self, model: Model, *, trials_per_task: int, work_dir: Path
+    ) -> tuple[Any, float]: ...
+
+
+# The hook points: None leaves the column empty (and says so in the JSON).
+TUNED: dict[str, TunedBuild | None] = {"autosched": None, "metaschedule": None}
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    min_ms: float
+    spread: float  # interquartile range over the median
+    samples: int
+
+    @classmethod
+    def of(cls, seconds: list[float]) -> Timing:
+        lat = np.asarray(seconds) * 1e3
+        q1, med, q3 = np.percentile(lat, [25, 50, 75])
+        return cls(float(med), float(lat.min()), float((q3 - q1) / med), int(lat.size))
+
+
+class Runner(Protocol):
+    """One way of computing the model: call it with the inputs, get numpy outputs."""
+
+    def __call__(self) -> list[np.ndarray]: ...
+
+
+def tvm_runner(executable: Any, model: Model, arrays: Mapping[str, np.ndarray]) -> Runner:
+    """A built Relax executable on the host CPU, inputs already on the device.
+
+    This is the function tuned builds go through: ``tvm_runner(TUNED[...](...)[0], ...)``.
+    """
+    import tvm
+    from tvm import relax
+
+    vm = relax.VirtualMachine(executable, tvm.cpu())
+    args = [tvm.runtime.tensor(arrays[spec.name]) for spec in model.inputs]
+    main = vm["main"]
+
+    def run() -> list[np.ndarray]:
+        out = main(*args)
+        return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
+
+    return run
+
+
+def onnxruntime_runner(path: Path, arrays: Mapping[str, np.ndarray], model: Model) -> Runner:
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = THREADS
+    options.inter_op_num_threads = 1
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    # zoo.export_onnx names the inputs input0, input1, ... in the module's order.
+    feed = {f"input{i}": arrays[spec.name] for i, spec in enumerate(model.inputs)}
+    return lambda: [np.asarray(o) for o in session.run(None, feed)]
+
+
+def torch_runner(module: Any, model: Model, arrays: Mapping[str, np.ndarray]) -> Runner:
+    import torch
+
+    torch.set_num_threads(THREADS)
+    args = [torch.from_numpy(arrays[spec.name]) for spec in model.inputs]
+
+    def run() -> list[np.ndarray]:
+        with torch.no_grad():
+            out = module(*args)
+        return [t.numpy() for t in (out if isinstance(out, tuple | list) else (out,))]
+
+    return run
+
+
+def max_error(got: list[np.ndarray], expected: tuple[np.ndarray, ...]) -> float:
+    """Largest absolute difference relative to the reference's largest magnitude."""
+    if len(got) != len(expected):
+        return float("inf")
+    errs = [
+        float(np.abs(g - e).max() / max(np.abs(e).max(), 1e-30))
+        if g.shape == e.shape
+        else float("inf")
+        for g, e in zip(got, expected)
+    ]
+    return max(errs)
+
+
+def time_rounds(
+    runners: dict[str, Runner], *, rounds: int, round_s: float, warmup: int = 1
+) -> dict[str, Timing]:
+    """Interleaved rounds: in each, every runner runs for about ``round_s`` (at least once)."""
+    for run in runners.values():
+        for _ in range(warmup):
+            run()
+    samples: dict[str, list[float]] = {name: [] for name in runners}
+    for _ in range(rounds):
+        for name, run in runners.items():
+            spent = 0.0
+            while spent < round_s:
+                t = time.perf_counter()
+                run()
+                samples[name].append(time.perf_counter() - t)
+                spent += samples[name][-1]
+    return {name: Timing.of(s) for name, s in samples.items()}
+
+
+def bench_model(
+    key: str, *, tiny: bool, rounds: int, round_s: float, tolerance: float, trials: tuple[int, ...]
+) -> dict:
+    import tvm
+
+    from autosched.measure.cpu import host_cpu
+    from autosched.models import zoo
+
+    factory = MODELS[key][1 if tiny else 0]
+    t0 = time.perf_counter()
+    model = load_model(f"{ZOO}:{factory}")
+    import_s = time.perf_counter() - t0
+    module, example = getattr(zoo, factory)()
+    arrays = model.example_inputs(np.random.default_rng(0))
+    expected = model.reference(arrays)
+
+    runners: dict[str, Runner] = {}
+    errors: dict[str, float] = {}
+    notes: dict[str, str] = {}
+    build_s: dict[str, float] = {}
+
+    def add(name: str, run: Runner) -> None:
+        err = max_error(run(), expected)
+        errors[name] = err
+        if err <= tolerance:
+            runners[name] = run
+        else:
+            notes[name] = (
+                f"outputs differ from torch eager (max relative error {err:.2e}): not timed"
+            )
+            log.warning("%s %s: %s", key, name, notes[name])
+
+    target = tvm.target.Target(host_cpu().tvm_target())
+    t0 = time.perf_counter()
+    executable = tvm.compile(model.mod, target=target)
+    build_s["tvm_untuned"] = time.perf_counter() - t0
+    add("tvm_untuned", tvm_runner(executable, model, arrays))
+
+    with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
+        onnx_path = zoo.export_onnx(module, example, Path(tmp) / f"{factory}.onnx")
+        add("onnxruntime", onnxruntime_runner(onnx_path, arrays, model))
+    add("torch_eager", torch_runner(module, model, arrays))
+
+    tuned: dict[str, dict] = {}
+    for tuner, hook in TUNED.items():
+        for n in trials:
+            name = f"{tuner}@{n}"
+            if hook is None:
+                tuned[name] = {"status": f"not wired: bench.models.TUNED[{tuner!r}] is None"}
+                continue
+            with tempfile.TemporaryDirectory(prefix=f"bench-{tuner}-") as work:
+                built, tune_s = hook(model, trials_per_task=n, work_dir=Path(work))
+            tuned[name] = {"status": "tuned", "tuning_wall_s": tune_s, "trials_per_task": n}
+            add(name, tvm_runner(built, model, arrays))
+
+    timings = time_rounds(runners, rounds=rounds, round_s=round_s)
+    rows = {}
+    for name in ["tvm_untuned", *tuned, "onnxruntime", "torch_eager"]:
+        row: dict[str, Any] = dict(tuned.get(name, {}))
+        if name in errors:
+            row["max_rel_error"] = errors[name]
+        if name in timings:
+            row.update(vars(timings[name]))
+        if name in notes:
+            row["note"] = notes[name]
+        if name in build_s:
+            row["build_s"] = build_s[name]
+        rows[name] = row
+    return {
+        "model": key,
+        "factory": f"autosched/models/zoo.py:{factory}",
+        "inputs": {spec.name: list(spec.shape) for spec in model.inputs},
+        "parameters": int(sum(p.numel() for p in module.parameters())),
+        "import_s": import_s,
+        "rows": rows,
+    }
+
+
+def _fmt(row: dict, key: str, spec: str) -> str:
+    return format(row[key], spec) if key in row else "-"
+
+
+def print_table(results: list[dict]) -> None:
+    print(
+        f"\n{'model':<9} {'runner':<16} {'median ms':>10} {'min ms':>9} {'spread':>7} {'n':>4} {'rel err':>8}  note"
+    )
+    for res in results:
+        for name, row in res["rows"].items():
+            note = row.get("note") or row.get("status", "")
+            if "build_s" in row:
+                note = f"build {row['build_s']:.1f} s"
+            if "tuning_wall_s" in row:
+                note = f"tuning {row['tuning_wall_s']:.0f} s"
+            print(
+                f"{res['model']:<9} {name:<16} {_fmt(row, 'median_ms', '10.2f')} {_fmt(row, 'min_ms', '9.2f')} "
+                f"{_fmt(row, 'spread', '7.2f')} {_fmt(row, 'samples', '4d')} {_fmt(row, 'max_rel_error', '8.1e')}  {note}"
+            )
+
+
+def main(
+    argv: list[str] | None = None, *, tuned: Mapping[str, TunedBuild | None] | None = None
+) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="all", choices=[*MODELS, "all"])
+    parser.add_argument("--tiny", action="store_true", help="the tiny test sizes (a smoke run)")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
+    parser.add_argument("--round-s", type=float, default=1.0, help="seconds per runner per round")
+    parser.add_argument(
+        "--trials", default=",".join(map(str, TRIALS)), help="trials per task of the tuned columns"
+    )
+    parser.add_argument(
+        "--tolerance", type=float, default=1e-3, help="max relative error that counts"
+    )
+    parser.add_argument("--out", default=str(ROOT / "bench" / "results" / "models.json"))
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=USABLE_CORES,
+        help="threads of every runner (default: the usable cores)",
+    )
+    parser.add_argument(
+        "--metaschedule",
+        action="store_true",
+        help="fill the MetaSchedule columns (bench/models_ms.py)",
+    )
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    global THREADS
+    THREADS = args.threads
+    if "tvm" in sys.modules:
+        log.warning("TVM was imported before TVM_NUM_THREADS was set: its runtime may ignore it")
+    # TVM's thread pool reads this once, on import; unset, it takes half the logical CPUs.
+    os.environ["TVM_NUM_THREADS"] = str(THREADS)
+    if args.metaschedule:
+        from bench.models_ms import metaschedule_build
+
+        TUNED["metaschedule"] = metaschedule_build
+    if tuned is not None:
+        TUNED.update(tuned)
+    trials = tuple(int(t) for t in args.trials.split(",") if t)
+
+    from autosched.measure.cpu import host_cpu
+
+    keys = list(MODELS) if args.model == "all" else [args.model]
+    results = []
+    for key in keys:
+        log.info("%s ...", key)
+        results.append(
+            bench_model(
+                key,
+                tiny=args.tiny,
+                rounds=args.rounds,
+                round_s=args.round_s,
+                tolerance=args.tolerance,
+                trials=trials,
+            )
+        )
+    print_table(results)
+    cpu = host_cpu()
+    import onnxruntime
+    import torch
+    import tvm
+
+    out = {
+        "benchmark": "models",
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "machine": {
+            "cpu": cpu.name,
+            "mcpu": cpu.mcpu,
+            "isa": list(cpu.isa),
+            "usable_cores": USABLE_CORES,
+            "threads": {
+                "tvm": int(os.environ["TVM_NUM_THREADS"]),
+                "torch": THREADS,
+                "onnxruntime": THREADS,
+            },
+            "load_average": os.getloadavg(),
+        },
+        "versions": {
+            "tvm": tvm.__version__,
+            "torch": torch.__version__,
+            "onnxruntime": onnxruntime.__version__,
+        },
+        "timing": {
+            "rounds": args.rounds,
+            "round_s": args.round_s,
+            "figures": "batch 1; median and min of the pooled interleaved samples in ms; spread = IQR / median",
+            "checked": f"outputs within {args.tolerance} relative error of torch eager before timing",
+        },
+        "tiny": args.tiny,
+        "results": results,
+    }
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
+    print(f"\nwritten {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

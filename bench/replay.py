@@ -1,0 +1,358 @@
+"""Replay benchmark: every strategy on every cached CPU family, no hardware, seeded.
+
+A cache (``bench/replay/*.jsonl.gz``, listed with its CPU in ``bench/replay/caches.json``)
+is a large measured sample of one workload's space on one device. Each strategy of
+:mod:`bench.replay_strategies` searches the cache's configs for ``--budget`` trials with
+each of ``--seeds`` seeds; :mod:`bench.replay_metrics` turns the runs into median trials
+to 90/95/99 % of the cache's best, the median best after 16/32/64 trials (a fraction
+of the cache's best) and the methodology score of Willemsen et al. (0 = random search,
+1 = the optimum). Prints a table, writes ``bench/results/replay.json`` and a PNG of the
+median best-so-far curves, and says per cache whether the issue's targets hold.
+
+    flock /tmp/autosched-cpu.lock .venv/bin/python bench/replay.py
+    .venv/bin/python bench/replay.py --seeds 3 --caches matmul-512-opencl-zen4 --strategies autosched-model,optuna-tpe
+
+A run is deterministic: the same caches, seeds and code give the same JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import multiprocessing as mp
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+# One thread per process (the models' libraries would take every core): a run's result
+# must not depend on the machine's core count, and --jobs says how many cores it uses.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
+
+import numpy as np  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from bench.replay_metrics import methodology_score, summarise  # noqa: E402
+from bench.replay_strategies import KernelTunerReplay, autosched_run, optuna_run  # noqa: E402
+
+CACHE_DIR = HERE / "replay"
+RESULTS = HERE / "results"
+STRATEGIES = (
+    "autosched-model",
+    "autosched-model-transfer",
+    "autosched-random",
+    "autosched-tpe",
+    "optuna-tpe",
+    "optuna-gp",
+    "kernel_tuner-bayes_opt",
+    "kernel_tuner-genetic_algorithm",
+)
+
+_caches: list[Any] = []
+_others: list[list[Any]] = []
+_kt: dict[int, KernelTunerReplay] = {}
+
+
+def cache_list(folder: Path = CACHE_DIR) -> list[dict[str, Any]]:
+    """The caches' descriptions (``caches.json``: file, cpu, isa, ...)."""
+    return json.loads((folder / "caches.json").read_text())["caches"]
+
+
+def _load(entries: list[dict[str, Any]], folder: str) -> None:
+    from autosched.tuning.replay import load_caches
+
+    _caches.clear()
+    for entry in entries:
+        (cache,) = load_caches(Path(folder) / entry["file"])
+        _caches.append(cache)
+    _others.clear()
+    for c in _caches:
+        # Transfer: the other device families' records of the same workload.
+        _others.append(
+            [
+                r
+                for o in _caches
+                if o.workload.key == c.workload.key and o.slot.family != c.slot.family
+                for r in o.all_records()
+            ]
+        )
+
+
+def _init(entries: list[dict[str, Any]], folder: str) -> None:
+    logging.getLogger("autosched").setLevel(logging.ERROR)
+    warnings.simplefilter("ignore")
+    try:
+        import torch  # optuna's GP sampler
+
+        torch.set_num_threads(1)
+    except ImportError:
+        pass
+    _load(entries, folder)
+
+
+def run_one(task: tuple[int, str, int, int]) -> tuple[int, str, int, list[str] | str, float]:
+    """One seeded run; returns the config keys measured in order (or, for a strategy
+    that raised, the error as text: a failing strategy is reported, not fatal) and its
+    seconds."""
+    i, strategy, seed, budget = task
+    start = time.perf_counter()
+    try:
+        keys: list[str] | str = _search(i, strategy, seed, budget)
+    except Exception as exc:  # noqa: BLE001 - reported per strategy in the results
+        keys = f"{type(exc).__name__}: {exc}"
+    return i, strategy, seed, keys, time.perf_counter() - start
+
+
+def _search(i: int, strategy: str, seed: int, budget: int) -> list[str]:
+    cache = _caches[i]
+    if strategy.startswith("autosched-"):
+        name = strategy.removeprefix("autosched-")
+        history = ()
+        if name == "model-transfer":
+            name, history = "model", _others[i]
+        keys = autosched_run(cache, name, seed, budget, history=history)
+    elif strategy.startswith("optuna-"):
+        keys = optuna_run(cache, strategy.removeprefix("optuna-"), seed, budget)
+    elif strategy.startswith("kernel_tuner-"):
+        if i not in _kt:
+            _kt[i] = KernelTunerReplay(cache)
+        keys = _kt[i].run(strategy.removeprefix("kernel_tuner-"), seed, budget)
+    else:
+        raise ValueError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
+    return keys
+
+
+def _targets(strategies: dict[str, dict[str, Any]]) -> dict[str, bool | None]:
+    """The issue's replay targets for autosched-model (None where a peer is missing)."""
+    strategies = {k: v for k, v in strategies.items() if "error" not in v}
+    mine = strategies.get("autosched-model")
+    if not mine:
+        return {}
+    others = {k: v for k, v in strategies.items() if not k.startswith("autosched-model")}
+    out: dict[str, bool | None] = {}
+    kt = strategies.get("kernel_tuner-bayes_opt")
+    if kt:
+        a, b = mine["trials_to_95"], kt["trials_to_95"]
+        out["trials_to_95_at_most_half_of_bayes_opt"] = a is not None and (b is None or a <= b / 2)
+    if others:
+        out["highest_score"] = all(mine["score"] > v["score"] for v in others.values())
+        if "best_at_64" in mine:
+            out["highest_best_at_64"] = all(
+                mine["best_at_64"] >= v["best_at_64"] for v in others.values()
+            )
+    tr, rnd = strategies.get("autosched-model-transfer"), strategies.get("autosched-random")
+    if tr and rnd:
+
+        def t95(s: dict[str, Any]) -> float:
+            return float("inf") if s["trials_to_95"] is None else s["trials_to_95"]
+
+        out["transfer_fewer_trials_than_cold"] = t95(tr) < t95(mine)
+        out["transfer_not_more_than_random"] = t95(tr) <= t95(rnd)
+    return out
+
+
+def _plot(results: list[dict[str, Any]], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = len(results)
+    cols = min(3, n)
+    rows = (n + cols - 1) // cols
+    fig, axes = plt.subplots(rows, cols, figsize=(5.5 * cols, 4 * rows), squeeze=False)
+    for ax, entry in zip(axes.flat, results):
+        for name, s in entry["strategies"].items():
+            if "error" in s:
+                continue
+            curve = s["median_curve"]
+            style = "-" if name.startswith("autosched-model") else "--"
+            ax.plot(range(1, len(curve) + 1), curve, style, label=name, linewidth=1.4)
+        ax.set_title(f"{entry['workload']}\n{entry['cpu']}", fontsize=9)
+        ax.set_xlabel("trial")
+        ax.set_ylabel("best so far / cache best (median)")
+        ax.set_ylim(0, 1.02)
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[n:]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _fmt(x: Any, pct: bool = False) -> str:
+    if x is None:
+        return "-"
+    return f"{100 * x:.0f}%" if pct else f"{x:.1f}" if isinstance(x, float) else str(x)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=20, help="seeds per strategy (default 20)")
+    parser.add_argument("--budget", type=int, default=64, help="trials per run (default 64)")
+    parser.add_argument("--caches", default="", help="comma-separated cache names (file stems)")
+    parser.add_argument("--strategies", default="", help=f"comma-separated; of {STRATEGIES}")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
+    parser.add_argument("--folder", type=Path, default=CACHE_DIR, help="where the caches are")
+    parser.add_argument("--json", type=Path, default=RESULTS / "replay.json")
+    parser.add_argument("--png", type=Path, default=RESULTS / "replay.png")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep what this run does not redo from an existing --json: other caches' "
+        "entries, and other strategies' figures of the same seeds and budget (a full run "
+        "in chunks)",
+    )
+    args = parser.parse_args(argv)
+    # Every cache is loaded (transfer draws on the others); the selected ones are run.
+    entries = cache_list(args.folder)
+    selected = list(range(len(entries)))
+    if args.caches:
+        wanted = args.caches.split(",")
+        stems = [e["file"].removesuffix(".jsonl.gz") for e in entries]
+        bad = [w for w in wanted if w not in stems]
+        if bad:
+            parser.error(f"unknown cache {bad[0]!r}; accepted: {', '.join(stems)}")
+        selected = [stems.index(w) for w in wanted]
+    strategies = args.strategies.split(",") if args.strategies else list(STRATEGIES)
+    bad = [s for s in strategies if s not in STRATEGIES]
+    if bad:
+        parser.error(f"unknown strategy {bad[0]!r}; accepted: {', '.join(STRATEGIES)}")
+    if "optuna-gp" in strategies:
+        try:
+            import torch  # noqa: F401 - optuna's GPSampler needs it
+        except ImportError:
+            strategies.remove("optuna-gp")
+            print(
+                "optuna-gp skipped: optuna's GPSampler needs torch (pip install torch "
+                "--index-url https://download.pytorch.org/whl/cpu)"
+            )
+    _init(entries, str(args.folder))
+    tasks = []
+    for i in selected:
+        for s in strategies:
+            if s == "autosched-model-transfer" and not _others[i]:
+                continue  # no other device family holds this workload
+            tasks += [(i, s, seed, args.budget) for seed in range(args.seeds)]
+    start = time.perf_counter()
+    if args.jobs > 1:
+        with mp.get_context("fork").Pool(args.jobs, _init, (entries, str(args.folder))) as pool:
+            done = pool.map(run_one, tasks, chunksize=1)
+    else:
+        done = [run_one(t) for t in tasks]
+    wall = time.perf_counter() - start
+    runs: dict[tuple[int, str], list[list[str]]] = {}
+    seconds: dict[tuple[int, str], float] = {}
+    for i, s, _seed, keys, sec in done:  # in task order: seeds ascending
+        runs.setdefault((i, s), []).append(keys)
+        seconds[(i, s)] = seconds.get((i, s), 0.0) + sec
+    results = []
+    for i in selected:
+        entry, cache = entries[i], _caches[i]
+        ok = [r for r in cache.records.values() if r.ok and r.latency_s]
+        best = cache.best_gflops
+        out: dict[str, Any] = {}
+        for s in strategies:
+            if (i, s) not in runs:
+                continue
+            seq = runs[(i, s)]
+            errors = [k for k in seq if isinstance(k, str)]
+            if errors:
+                out[s] = {"error": errors[0][:500], "failed_runs": len(errors)}
+                continue
+            gflops = [[cache.records[k].gflops or 0.0 for k in keys] for keys in seq]
+            lat = [
+                [cache.records[k].latency_s if cache.records[k].ok else None for k in keys]
+                for keys in seq
+            ]
+            metrics, curve = summarise(gflops, best, args.budget)
+            metrics["score"] = methodology_score(lat, [r.latency_s for r in ok], args.budget)
+            metrics["runs_short_of_budget"] = sum(len(k) < args.budget for k in seq)
+            metrics["seconds_per_run"] = seconds[(i, s)] / len(seq)
+            metrics["median_curve"] = [round(float(x), 4) for x in curve]
+            out[s] = metrics
+        results.append(
+            {
+                "cpu": entry["cpu"],
+                "isa": entry["isa"],
+                "workload": str(cache.workload),
+                "workload_key": cache.workload.key,
+                "target": cache.target,
+                "device": cache.slot.name,
+                "device_key": cache.slot.device_key,
+                "file": entry["file"],
+                "seeds": args.seeds,
+                "budget": args.budget,
+                "configs": len(cache.records),
+                "ok_configs": len(ok),
+                "best_gflops": best,
+                "transfer_from": sorted(
+                    {
+                        e["cpu"]
+                        for e, c in zip(entries, _caches)
+                        if c.workload.key == cache.workload.key
+                        and c.slot.family != cache.slot.family
+                    }
+                ),
+                "strategies": out,
+                "targets": _targets(out),
+            }
+        )
+    if args.update and args.json.exists():
+        order = [e["file"] for e in cache_list(args.folder)]
+        before = {e["file"]: e for e in json.loads(args.json.read_text())["caches"]}
+        for entry in results:  # strategies not rerun now keep their figures
+            old = before.pop(entry["file"], None)
+            if old and old.get("seeds") == entry["seeds"] and old.get("budget") == entry["budget"]:
+                entry["strategies"] = {**old["strategies"], **entry["strategies"]}
+                entry["targets"] = _targets(entry["strategies"])
+        results = sorted([*before.values(), *results], key=lambda e: order.index(e["file"]))
+    report = {
+        "benchmark": "replay",
+        "budget": args.budget,
+        "seeds": args.seeds,
+        "autosched_batch": 8,
+        "statistic": "trials_to_X and best_at_N: medians over the seeds; best_at_N and the "
+        "curves as a fraction of the cache's best GFLOP/s; score: Willemsen et al. (FGCS "
+        "2024), 0 = random search, 1 = the optimum, averaged over trials 1..budget",
+        "wall_s": round(wall, 1),
+        "caches": results,
+    }
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(report, indent=1) + "\n")
+    _plot(results, args.png)
+    for entry in results:
+        print(
+            f"\n{entry['workload']} on {entry['cpu']} ({entry['isa']}): "
+            f"{entry['configs']} configs, best {entry['best_gflops']:.1f} GFLOP/s"
+        )
+        print(
+            f"  {'strategy':32} {'to90':>5} {'to95':>5} {'to99':>5} "
+            f"{'@16':>5} {'@32':>5} {'@64':>5} {'score':>6}  s/run"
+        )
+        for name, m in entry["strategies"].items():
+            if "error" in m:
+                print(f"  {name:32} failed: {m['error'][:90]}")
+                continue
+            print(
+                f"  {name:32} {_fmt(m['trials_to_90']):>5} {_fmt(m['trials_to_95']):>5} "
+                f"{_fmt(m['trials_to_99']):>5} {_fmt(m.get('best_at_16'), True):>5} "
+                f"{_fmt(m.get('best_at_32'), True):>5} {_fmt(m.get('best_at_64'), True):>5} "
+                f"{m['score']:6.3f}  {m['seconds_per_run']:.2f}"
+            )
+        if entry["targets"]:
+            print("  targets: " + ", ".join(f"{k}={v}" for k, v in entry["targets"].items()))
+    print(f"\n{len(tasks)} runs in {wall:.0f} s; wrote {args.json} and {args.png}")
+    return 0
+
+
+if __name__ == "__main__":
+    np.seterr(all="ignore")
+    sys.exit(main())

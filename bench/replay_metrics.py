@@ -1,0 +1,123 @@
+"""What bench/replay.py reports per cache and strategy, from the runs' trial sequences.
+
+A run is the sequence of configs a strategy measured, in order (its trials); each trial's
+value is the cache's recorded GFLOP/s (0 for a config that failed). From a run's
+best-so-far curve, as a fraction of the cache's best:
+
+* ``trials_to_X``: the first trial at which the curve reaches X (90/95/99 %); the
+  median over the seeds, a run that never gets there counting as infinitely many
+  (``None`` when the median is such a run).
+* ``best_at_N``: the curve at trial N (16/32/64), the median over the seeds.
+* ``score``: the score of Willemsen, van Nieuwpoort and van Werkhoven, "A methodology
+  for comparing optimization algorithms for auto-tuning" (FGCS 2024): the mean best-so-far
+  curve of the runs (in latency, lower is better) standardised against the calculated
+  random-search baseline, ``(curve - random) / (optimum - random)`` at each trial, and
+  averaged over the budget. 0 is random search, 1 the cache's optimum from the first
+  trial. The baseline and the standardisation are the `autotuning-methodology` package's
+  own (:class:`autotuning_methodology.baseline.RandomSearchCalculatedBaseline`), fed
+  through :class:`CacheStatistics`, which stands in for its ``SearchspaceStatistics`` (that
+  class reads Kernel Tuner cache files from an experiment folder; the cache is already
+  in memory here). Where the paper averages over a time range cut off where random
+  search reaches a percentile of the optimum, this averages over trials 1..budget (the
+  budget is fixed in trials here); a run's trials before its first working config count
+  as the cache's slowest latency.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+TARGETS = (0.90, 0.95, 0.99)
+CHECKPOINTS = (16, 32, 64)
+
+
+def best_so_far(values: Sequence[float], best: float, budget: int) -> np.ndarray:
+    """The run's best value after each of ``budget`` trials, as a fraction of ``best``
+    (a run that stopped early keeps its last best)."""
+    curve = np.zeros(budget)
+    if len(values):
+        acc = np.maximum.accumulate(np.asarray(values[:budget], dtype=float))
+        curve[: len(acc)] = acc
+        curve[len(acc) :] = acc[-1]
+    return curve / best
+
+
+def trials_to(curve: np.ndarray, fraction: float) -> float:
+    """The 1-based trial at which ``curve`` first reaches ``fraction`` (inf if never)."""
+    hit = np.flatnonzero(curve >= fraction - 1e-12)
+    return float(hit[0] + 1) if len(hit) else math.inf
+
+
+def median_or_none(values: Sequence[float]) -> float | None:
+    m = float(np.median(np.asarray(values, dtype=float)))
+    return None if math.isinf(m) else m
+
+
+class CacheStatistics:
+    """The part of ``autotuning_methodology``'s ``SearchspaceStatistics`` its random
+    baseline reads, built from the latencies of a cache's working configs."""
+
+    minimization = True
+
+    def __init__(self, latencies: Sequence[float]) -> None:
+        finite = np.sort(np.asarray([x for x in latencies if x and math.isfinite(x)], dtype=float))
+        self.objective_performances_total_sorted = finite  # ascending
+        self.objective_performances_total_sorted_nan = finite  # best first (no NaN kept)
+
+    def total_performance_absolute_optimum(self) -> float:
+        return float(self.objective_performances_total_sorted[0])
+
+    def total_performance_minimum(self) -> float:
+        return float(self.objective_performances_total_sorted[0])
+
+    def total_performance_maximum(self) -> float:
+        return float(self.objective_performances_total_sorted[-1])
+
+
+def methodology_score(
+    runs: Sequence[Sequence[float | None]], cache_latencies: Sequence[float], budget: int
+) -> float:
+    """The score of Willemsen et al. (see the module docstring).
+
+    Args:
+        runs: per seed, each trial's latency in seconds (None for a failed config).
+        cache_latencies: the latency of every working config of the cache.
+        budget: trials per run.
+    """
+    from autotuning_methodology.baseline import RandomSearchCalculatedBaseline
+
+    stats = CacheStatistics(cache_latencies)
+    worst = stats.total_performance_maximum()
+    curves = []
+    for run in runs:
+        lat = np.array([worst if x is None else x for x in run[:budget]], dtype=float)
+        if len(lat) == 0:
+            lat = np.array([worst])
+        acc = np.minimum.accumulate(lat)
+        curve = np.full(budget, acc[-1])
+        curve[: len(acc)] = acc
+        curves.append(curve)
+    mean_curve = np.mean(curves, axis=0)
+    fevals = np.arange(1, budget + 1)
+    baseline = RandomSearchCalculatedBaseline(stats)
+    (standardised,) = baseline.get_standardised_curves(fevals, [mean_curve], x_type="fevals")
+    return float(np.mean(standardised))
+
+
+def summarise(
+    runs: Sequence[Sequence[float]], best: float, budget: int
+) -> tuple[dict[str, float | None], np.ndarray]:
+    """trials_to_X and best_at_N (medians over the runs) and the median curve."""
+    curves = np.array([best_so_far(r, best, budget) for r in runs])
+    out: dict[str, float | None] = {}
+    for fraction in TARGETS:
+        out[f"trials_to_{round(fraction * 100)}"] = median_or_none(
+            [trials_to(c, fraction) for c in curves]
+        )
+    for n in CHECKPOINTS:
+        if n <= budget:
+            out[f"best_at_{n}"] = float(np.median(curves[:, n - 1]))
+    return out, np.median(curves, axis=0)

@@ -1,0 +1,219 @@
+"""The strategies bench/replay.py compares, each over exactly the configs of one cache.
+
+Every function runs one seeded search of ``budget`` trials over a
+:class:`~autosched.tuning.replay.ReplayCache` and returns the config keys it measured,
+in order (distinct configs, at most ``budget``; fewer when a strategy gives up):
+
+* autosched's strategies run through the live tuner's loop
+  (:func:`autosched.tuning.loop.run_job`) on a :class:`~autosched.tuning.replay.ReplayRunner`
+  with an in-memory records database, batches of 8 like a live run; "transfer" hands
+  them other device families' records of the same workload as history.
+* Optuna's TPE and GP samplers ask for knob values (each knob an integer: the index
+  of its value among the values the cache holds, sorted, so tile sizes keep their
+  order; a categorical encoding made the GP sampler some 20 s a run); the asked point is answered by the nearest recorded config
+  not measured yet (fewest knobs unlike it), and that config and its latency are what
+  the study is told (the asked trial itself is told as failed, so samplers ignore it).
+* Kernel Tuner's bayes_opt and genetic_algorithm run in its simulation mode on a
+  Kernel Tuner cache file written from the cache, with one tunable parameter per knob
+  and a restriction to the recorded configs (its search space is exactly the cache).
+  Kernel Tuner draws from Python's and NumPy's global generators, which are seeded
+  before each run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import random
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from autosched.records.record import Record
+from autosched.records.sqlite import SQLiteDatabase
+from autosched.space.config import Config
+from autosched.tuning.job import Job, Task
+from autosched.tuning.loop import run_job
+from autosched.tuning.replay import ReplayCache, ReplayRunner
+
+log = logging.getLogger(__name__)
+
+BATCH = 8  # configs per batch for autosched's strategies, as in a live run
+
+
+def autosched_run(
+    cache: ReplayCache,
+    strategy: str,
+    seed: int,
+    budget: int,
+    *,
+    history: Sequence[Record] = (),
+) -> list[str]:
+    """One run of autosched's ``strategy`` through the tuning loop on a replay runner."""
+    runner = ReplayRunner([cache])
+    db = SQLiteDatabase(":memory:")
+    task = Task("replay", cache.workload, cache.target, budget)
+    job = Job(name="replay", tasks=(task,), strategy=strategy, seed=seed, batch=BATCH)
+    try:
+        result = run_job(job, runner, db, finalists=0, history=history)
+    finally:
+        runner.close()
+        db.close()
+    (pair,) = result.pairs
+    return _distinct([r.config_key for r in pair.history])[:budget]
+
+
+def _distinct(keys: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys(keys))
+
+
+def _value_text(value: Any) -> Any:
+    """A knob value as a primitive for Optuna and Kernel Tuner (lists become text)."""
+    if isinstance(value, (list, tuple)):
+        return "x".join(str(v) for v in value)
+    return value
+
+
+class Encoded:
+    """A cache's configs as rows of value codes, one column per knob."""
+
+    def __init__(self, cache: ReplayCache) -> None:
+        self.keys = list(cache.records)
+        configs = [Config(r.config).to_json() for r in cache.records.values()]
+        self.names = sorted({n for c in configs for n in c})
+        self.values: list[list[Any]] = []
+        for name in self.names:
+            seen = dict.fromkeys(_value_text(c.get(name)) for c in configs)
+            self.values.append(sorted(seen, key=lambda v: (str(type(v)), v)))
+        self.rows = [[_value_text(c.get(n)) for n in self.names] for c in configs]
+        index = [{v: i for i, v in enumerate(vals)} for vals in self.values]
+        self.matrix = np.array(
+            [[index[j][v] for j, v in enumerate(row)] for row in self.rows], dtype=np.int64
+        )
+
+    def nearest_unmeasured(
+        self, params: dict[str, int], taken: set[int], rng: np.random.Generator
+    ) -> int:
+        """The row nearest to ``params`` (value indices; fewest unlike knobs) not in
+        ``taken``, ties broken by ``rng`` (so no row is favoured by its position)."""
+        row = np.array([params[n] for n in self.names], dtype=np.int64)
+        distance = (self.matrix != row).sum(axis=1).astype(float)
+        if taken:
+            distance[list(taken)] = np.inf
+        ties = np.flatnonzero(distance == distance.min())
+        return int(ties[rng.integers(len(ties))])
+
+
+def optuna_run(cache: ReplayCache, sampler: str, seed: int, budget: int) -> list[str]:
+    """One run of Optuna's ``"tpe"`` or ``"gp"`` sampler (see the module docstring)."""
+    import optuna
+    from optuna.distributions import IntDistribution
+    from optuna.trial import TrialState, create_trial
+
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    enc = Encoded(cache)
+    dists = {n: IntDistribution(0, len(vals) - 1) for n, vals in zip(enc.names, enc.values)}
+    if sampler == "tpe":
+        chosen = optuna.samplers.TPESampler(seed=seed)
+    elif sampler == "gp":
+        chosen = optuna.samplers.GPSampler(seed=seed)
+    else:
+        raise ValueError(f"sampler {sampler!r}; accepted: tpe, gp")
+    study = optuna.create_study(direction="minimize", sampler=chosen)
+    taken: set[int] = set()
+    rng = np.random.default_rng(seed)
+    out: list[str] = []
+    for _ in range(min(budget, len(enc.keys))):
+        trial = study.ask(dists)
+        i = enc.nearest_unmeasured(trial.params, taken, rng)
+        study.tell(trial, state=TrialState.FAIL)
+        taken.add(i)
+        key = enc.keys[i]
+        out.append(key)
+        rec = cache.records[key]
+        params = {n: int(v) for n, v in zip(enc.names, enc.matrix[i])}
+        if rec.ok and rec.latency_s:
+            study.add_trial(create_trial(params=params, distributions=dists, value=rec.latency_s))
+        else:
+            study.add_trial(create_trial(params=params, distributions=dists, state=TrialState.FAIL))
+    return out
+
+
+def write_kernel_tuner_cache(cache: ReplayCache, path: str | os.PathLike[str]) -> dict[str, Any]:
+    """Write ``cache`` as a Kernel Tuner cache file; returns the tune_params."""
+    enc = Encoded(cache)
+    tune_params = {n: vals for n, vals in zip(enc.names, enc.values)}
+    entries: dict[str, Any] = {}
+    for key, row in zip(enc.keys, enc.rows):
+        rec = cache.records[key]
+        entry: dict[str, Any] = dict(zip(enc.names, row))
+        if rec.ok and rec.latency_s:
+            entry["time"] = rec.latency_s * 1e3  # Kernel Tuner keeps milliseconds
+            entry["times"] = [x * 1e3 for x in rec.latencies]
+        else:
+            entry["time"] = "RuntimeFailedConfig"
+        entry.update(compile_time=0.0, verification_time=0.0, benchmark_time=0.0)
+        entries[",".join(str(v) for v in row)] = entry
+    data = {
+        "device_name": cache.slot.name,
+        "kernel_name": cache.workload.op,
+        "problem_size": [1],
+        "tune_params_keys": enc.names,
+        "tune_params": tune_params,
+        "objective": "time",
+        "cache": entries,
+    }
+    Path(path).write_text(json.dumps(data))
+    return tune_params
+
+
+class KernelTunerReplay:
+    """Kernel Tuner's simulation mode over one cache (its cache file written once)."""
+
+    def __init__(self, cache: ReplayCache, folder: str | os.PathLike[str] | None = None) -> None:
+        self.cache = cache
+        self._tmp = None if folder else tempfile.TemporaryDirectory(prefix="autosched-kt-")
+        base = Path(folder) if folder else Path(self._tmp.name)
+        self.path = base / f"{cache.workload.key}-{cache.slot.device_key}.json"
+        self.tune_params = write_kernel_tuner_cache(cache, self.path)
+        self.names = list(self.tune_params)
+        enc = Encoded(cache)
+        by_row = {tuple(row): key for key, row in zip(enc.keys, enc.rows)}
+        self.by_row = by_row
+        allowed = set(by_row)
+
+        def recorded(*values: Any) -> bool:
+            return tuple(values) in allowed
+
+        self.restriction: Callable[..., bool] = recorded
+
+    def run(self, strategy: str, seed: int, budget: int) -> list[str]:
+        from constraint import FunctionConstraint
+        from kernel_tuner import tune_kernel
+
+        random.seed(seed)
+        np.random.seed(seed)  # noqa: NPY002 - Kernel Tuner draws from the global generators
+        results, _ = tune_kernel(
+            self.cache.workload.op,
+            "",
+            (1,),
+            [],
+            self.tune_params,
+            restrictions=[FunctionConstraint(self.restriction)],
+            cache=str(self.path),
+            simulation_mode=True,
+            strategy=strategy,
+            strategy_options={"max_fevals": budget},
+            quiet=True,
+            verbose=False,
+        )
+        keys = [self.by_row.get(tuple(r[n] for n in self.names)) for r in results if r]
+        return _distinct([k for k in keys if k is not None])[:budget]
+
+    def close(self) -> None:
+        if self._tmp is not None:
+            self._tmp.cleanup()

@@ -1,0 +1,220 @@
+"""Awkward shapes (issue 13, part 3): tiles that do not divide their axes.
+
+Prime and odd extents get the wide register tiles and vectors of their power-of-two
+neighbours (guarded tails; vector tails padded to whole vectors), power-of-two spaces
+keep exactly the knobs they had, and every such config computes the reference on both
+targets through real TVM codegen, PoCL and the host CPU.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autosched
+from autosched.measure.build import build
+from autosched.measure.device import select_device
+from autosched.measure.runner import TimingOptions
+from autosched.measure.worker import MeasureWorker
+from autosched.space.select import make_space
+from autosched.space.space import MAX_PAD_WASTE, divisors, padded, tile_sizes
+from tests.conftest import make_data
+
+ONCE = TimingOptions(warmup=0, min_repeats=1, max_repeats=1, min_time_s=0.0)
+TARGETS = ("opencl", "llvm")
+
+
+@pytest.fixture(scope="module")
+def devices():
+    return {"opencl": select_device(), "llvm": select_device(target="llvm")}
+
+
+@pytest.fixture(scope="module")
+def workers(devices):
+    with (
+        MeasureWorker(devices["opencl"], timeout_s=60) as cl,
+        MeasureWorker(devices["llvm"], timeout_s=60) as host,
+    ):
+        yield {"opencl": cl, "llvm": host}
+
+
+def _space(devices, target, op, **params):
+    return make_space(
+        autosched.workload(op, **params), target=target, limits=devices[target].limits
+    )
+
+
+def _guarded(space, config) -> bool:
+    """Whether some tile of ``config`` does not divide its axis (a guard or a vector tail)."""
+    inner = space.nest.spatial[-1]
+    return space.pad_waste(config) > 1 or inner.extent % config["vec"] != 0
+
+
+def _check_all(workers, space, configs) -> None:
+    assert configs
+    data = make_data(space.workload, seed=5)
+    for config in configs:
+        assert space.check(config) is None, config
+        outcome = workers[space.target].measure(build(space, config), data, ONCE)
+        assert outcome.status == "ok", (space.target, config, outcome.error)
+
+
+# -- the spaces ---------------------------------------------------------------------------
+
+
+def test_tile_sizes_add_powers_of_two_within_the_waste_limit():
+    assert tile_sizes(127, 64) == [1, 2, 4, 8, 16, 32, 64]
+    assert tile_sizes(333, 64) == [1, 2, 3, 4, 8, 9, 16, 32, 37, 64]
+    assert tile_sizes(7, 64) == [1, 2, 4, 7, 8]  # 16 would pad 7 to 16
+    for n in (64, 96, 512):  # these have all the powers of two they can take as divisors
+        assert tile_sizes(n, 64) == [d for d in divisors(n) if d <= 64]
+    for n, cap in ((127, 64), (333, 1024), (1000, 256), (7, 7)):
+        assert all(padded(n, t) <= MAX_PAD_WASTE * n for t in tile_sizes(n, cap))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_power_of_two_spaces_keep_exactly_their_knobs(devices, target):
+    """What the divisor-only spaces offered, in the same order: old records keep working
+    and a seeded search on a power-of-two shape samples what it sampled before."""
+    space = _space(devices, target, "matmul", M=64, N=128, K=32)
+    for ax in space.nest.spatial:
+        if target == "opencl":
+            old = [
+                (t, r)
+                for t in divisors(ax.extent)
+                if t <= 256
+                for r in divisors(ax.extent // t)
+                if r <= 64
+            ]
+        else:
+            old = sorted(
+                (m, r) for r in divisors(ax.extent) if r <= 64 for m in divisors(ax.extent // r)
+            )
+        assert list(space.knob(f"tile.{ax.name}").choices) == old
+    cap = 64 if target == "opencl" else 1024
+    assert space.knob("tile.k").choices == tuple(
+        (c, u) for c in divisors(32) if c <= cap for u in (1, 2, 4, 8) if c % u == 0
+    )
+    assert space.knob("vec").choices == (1, 2, 4, 8, 16)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_prime_extents_get_wide_register_tiles_and_vectors(devices, target):
+    space = _space(devices, target, "matmul", M=127, N=509, K=333)
+    regs_i = {r for _, r in space.knob("tile.i").choices}
+    regs_j = {r for _, r in space.knob("tile.j").choices}
+    chunks = {c for c, _ in space.knob("tile.k").choices}
+    assert {4, 8, 16} <= regs_i and {16, 32} <= regs_j and {16, 32, 64} <= chunks
+    assert 16 in space.knob("vec").choices  # a vector tail on N=509
+    stage = "local" if target == "opencl" else "pack"  # OpenCL pads B in local memory
+    wide = space.default().replace(
+        **{"tile.i": (1, 8), "tile.j": (1, 32), "tile.k": (64, 4), "vec": 16, "stage.B": stage}
+    )
+    assert space.check(wide) is None and _guarded(space, wide)
+    assert space.groups(wide) == 16 * 16  # ceil(127 / 8) x ceil(509 / 32)
+    assert space.describe(wide)["log_pad_waste"] == pytest.approx(
+        np.log2(128 * 512 * 384 / (127 * 509 * 333))
+    )
+    # Each tile within the limit, together past it: 16 x 40 x 32 for 13 x 37 x 29.
+    small = _space(devices, target, "matmul", M=13, N=37, K=29)
+    over = small.default().replace(
+        **{"tile.i": (1, 4), "tile.j": (1, 8), "tile.k": (32, 1), "vec": 8}
+    )
+    assert "pad the work by 47%" in small.check(over)
+    # A conv with 7x7 outputs: register tiles of 8 along its rows and columns.
+    conv = _space(devices, target, "conv2d", n=1, c=32, h=7, w=7, k=64, r=3, s=3, pad=1)
+    assert {r for _, r in conv.knob("tile.q").choices} >= {2, 4, 8}
+    assert {r for _, r in conv.knob("tile.p").choices} >= {2, 4, 8}
+
+
+def test_rowwise_spaces_take_tails_on_odd_rows(devices):
+    llvm = _space(devices, "llvm", "softmax", rows=127, cols=96)
+    assert {16, 32, 64} <= set(llvm.knob("rows_per_task").choices)
+    opencl = _space(devices, "opencl", "softmax", rows=127, cols=96)
+    base = opencl.default().replace(reduce="item", threads=32)
+    assert opencl.check(base) is None and opencl.groups(base) == 4
+    assert "does not divide rows=127" in opencl.check(base.replace(threads=256))
+
+
+# -- every guarded config computes the reference ------------------------------------------
+
+MATMUL = dict(M=13, N=37, K=29)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_guarded_and_vector_tail_matmuls_are_correct(devices, workers, target):
+    space = _space(devices, target, "matmul", **MATMUL)
+    stage = "local" if target == "opencl" else "pack"
+    base = space.default()
+    # M and K guarded, N padded to whole vectors, A and B staged or not.
+    tail = {"tile.i": (1, 2), "tile.j": (1, 8), "tile.k": (29, 1), "vec": 8}
+    chosen = [
+        {**tail, "stage.B": stage},
+        {**tail, "stage.A": stage, "stage.B": stage, "tile.i": (2, 1)},
+        {"tile.i": (1, 13), "tile.j": (1, 4), "tile.k": (32, 4), "vec": 4, "stage.B": stage},
+        {"tile.i": (1, 13), "tile.j": (1, 8), "tile.k": (8, 4), "vec": 8, "stage.B": stage},
+        {"tile.i": (1, 2), "tile.j": (1, 1), "tile.k": (8, 2), "vec": 1, "stage.A": stage},
+    ]
+    configs = [base.replace(**c) for c in chosen]
+    if target == "llvm":  # B unpacked: a padded copy
+        configs += [base.replace(**tail), base.replace(**tail, tile_inner="i")]
+        configs += [c.replace(reduce_at="block") for c in configs]
+    else:  # padded inline, every lane would be guarded: OpenCL pads in local memory only
+        assert "stage.B must be local" in space.check(base.replace(**tail))
+    rng = np.random.default_rng(3)
+    configs += [c for c in space.sample(rng, 300) if _guarded(space, c)][:8]
+    assert all(_guarded(space, c) for c in configs)
+    _check_all(workers, space, configs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+def test_dense_with_odd_n_and_a_fused_epilogue_is_correct(devices, workers, target):
+    space = _space(devices, target, "dense", m=9, n=37, k=23, epilogue="bias_gelu")
+    base = space.default()
+    stage = "local" if target == "opencl" else "pack"
+    vec = {"tile.i": (1, 2), "tile.j": (1, 8), "tile.k": (23, 1), "vec": 8, "stage.W": stage}
+    configs = [base.replace(**vec), base.replace(**vec, fuse=False)]
+    rng = np.random.default_rng(4)
+    configs += [c for c in space.sample(rng, 300) if _guarded(space, c)][:4]
+    _check_all(workers, space, configs)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_conv_with_7x7_outputs_is_correct(devices, workers, target, layout):
+    space = _space(
+        devices, target, "conv2d", n=1, c=8, h=7, w=7, k=16, r=3, s=3, pad=1, layout=layout
+    )
+    rng = np.random.default_rng(5)
+    configs = [c for c in space.sample(rng, 300) if _guarded(space, c)][:6]
+    staged = "local" if target == "opencl" else "pack"
+    wide = {"tile.p": (1, 7), "tile.q": (1, 8)}
+    base = space.default().replace(**wide)
+    configs += [base, base.replace(**{"stage.pad": staged, "fuse.pad": True})]
+    _check_all(workers, space, [c for c in configs if space.check(c) is None])
+
+
+ROWWISE = [
+    ("softmax", dict(rows=13, cols=40)),
+    ("reduce", dict(rows=11, cols=49, kind="sum")),
+    ("elementwise", dict(rows=7, cols=36, ops="add+gelu")),
+]
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("op,params", ROWWISE, ids=[op for op, _ in ROWWISE])
+def test_rowwise_tails_are_correct(devices, workers, target, op, params):
+    space = _space(devices, target, op, **params)
+    rng = np.random.default_rng(6)
+    configs = []
+    for c in space.sample(rng, 400):
+        rows, cols = space.nest.rows, space.nest.cols
+        tails = (
+            rows % c.get("rows_per_task", 1)
+            or (c.get("reduce") == "item" and rows % c["threads"])
+            or cols % c.get("per_item", 1)
+            or (cols // c["vec"]) % c.get("unroll", 1)
+        )
+        if tails:
+            configs.append(c)
+    _check_all(workers, space, configs[:6])

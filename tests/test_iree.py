@@ -1,0 +1,211 @@
+"""The IREE targets' parts on the real compiler, runtime and Vulkan driver (lavapipe):
+Linalg emission, the spaces and their pruning, rendering, measurement."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import autosched
+from autosched.iree.build import annotated_mlir, build_iree
+from autosched.iree.linalg import domain, emit
+from autosched.iree.mlir import find_roots
+from autosched.iree.render import compilation_info
+from autosched.measure.device import select_device
+from autosched.measure.iree_device import parse_vulkaninfo
+from autosched.measure.runner import TimingOptions
+from autosched.measure.worker import MeasureWorker
+from autosched.records.record import BUILD_ERROR, OK
+from autosched.space.config import Config
+from autosched.space.select import make_space
+from tests.conftest import make_data
+
+QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.01)
+
+WORKLOADS = [
+    autosched.workload("matmul", M=32, N=16, K=8, epilogue="bias_relu"),
+    autosched.workload("batch_matmul", b=2, m=8, n=16, k=4),
+    autosched.workload("conv2d", n=1, c=4, h=6, w=6, k=8, r=3, s=3, pad=1, layout="NHWC"),
+    autosched.workload("conv2d", n=1, c=4, h=7, w=7, k=8, r=3, s=3, stride=2, layout="NCHW"),
+    autosched.workload("depthwise_conv2d", n=1, c=8, h=6, w=6, r=3, s=3, pad=1, layout="NHWC"),
+    autosched.workload("softmax", rows=4, cols=16),
+    autosched.workload("layernorm", rows=4, cols=16),
+    autosched.workload("reduce", rows=4, cols=16, kind="max"),
+]
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return select_device(None, target="iree-llvm-cpu")
+
+
+@pytest.fixture(scope="module")
+def vulkan():
+    return select_device(None, target="iree-vulkan")
+
+
+def test_devices_carry_their_limits_and_fingerprints(cpu, vulkan):
+    assert cpu.driver == "local-task" and cpu.limits.cores >= 1 and cpu.vector_bits >= 128
+    fp = vulkan.fingerprint("iree-vulkan")
+    assert fp["iree_version"].startswith("3.13") and fp["driver_info"] and fp["name"]
+    # What the SPIR-V space prunes by comes from the device, not from defaults.
+    assert vulkan.max_invocations >= 128 and vulkan.shared_bytes >= 16384
+    assert vulkan.subgroup_size >= 1 and vulkan.limits.subgroup_size == vulkan.subgroup_size
+    assert cpu.key("iree-llvm-cpu") != vulkan.key("iree-vulkan")
+    # Reports rebuild spaces from records: the fingerprint implies the same limits.
+    from autosched.report.aggregate import device_limits
+
+    for dev in (cpu, vulkan):
+        assert device_limits(dev.fingerprint(), dev.target) == dev.limits
+    with pytest.raises(autosched.InvalidInputError, match="serves target 'iree-vulkan'"):
+        select_device(vulkan, target="iree-llvm-cpu")
+
+
+def test_vulkaninfo_parsing_reads_each_device():
+    text = (
+        "GPU0:\n\tdeviceName = First GPU\n\tdeviceType = PHYSICAL_DEVICE_TYPE_DISCRETE_GPU\n"
+        "\tmaxComputeWorkGroupInvocations = 256\n\tmaxComputeSharedMemorySize = 65536\n"
+        "\tsubgroupSize = 64\nGPU1:\n\tdeviceName = llvmpipe (LLVM 15)\n"
+        "\tdriverName = llvmpipe\n\tmaxComputeWorkGroupInvocations = 1024\n"
+    )
+    first, second = parse_vulkaninfo(text)
+    assert first["maxComputeWorkGroupInvocations"] == 256 and first["subgroupSize"] == 64
+    assert second["deviceName"].startswith("llvmpipe") and "subgroupSize" not in second
+
+
+@pytest.mark.parametrize("wl", WORKLOADS, ids=str)
+def test_emitted_linalg_computes_the_reference_on_llvm_cpu(cpu, wl):
+    roots = find_roots(emit(wl))
+    assert roots and roots[0].op == domain(wl).op
+    space = make_space(wl, target="iree-llvm-cpu", limits=cpu.limits)
+    program = build_iree(space, space.default())
+    with MeasureWorker(cpu, timeout_s=60) as worker:
+        outcome = worker.measure(program, make_data(wl), QUICK)
+    assert outcome.status == OK, outcome.error
+    assert len(outcome.latencies) >= 3
+
+
+def test_roots_map_back_to_the_workloads_they_came_from():
+    for wl in WORKLOADS:
+        root = find_roots(emit(wl))[0]
+        if wl.op in ("softmax", "layernorm"):
+            continue  # their first reduction is a row max or sum, not the operator
+        expected = wl if wl.op != "matmul" else autosched.workload("matmul", M=32, N=16, K=8)
+        assert root.workload == expected, (root.workload, wl)
+
+
+def test_cpu_space_prunes_by_the_host_and_renders_a_lowering_config(cpu):
+    wl = autosched.workload("matmul", M=96, N=64, K=32)
+    space = make_space(wl, target="iree-llvm-cpu", limits=cpu.limits)
+    assert space.default()["pipeline"] == "auto"
+    assert compilation_info(space.nest, space.target, space.default()) is None
+    configs = space.sample(np.random.default_rng(0), 30)
+    assert len(configs) >= 20 and all(space.check(c) is None for c in configs)
+    base = dict(
+        pipeline="DoubleTilingExpert", peel=False, **{"red.k": 4, "cache.m": 0, "cache.n": 0}
+    )
+    ok = Config({**base, "dist.m": 32, "dist.n": 32, "vec.m": 4, "vec.n": 8})
+    assert space.check(ok) is None
+    assert "does not divide" in space.check(ok.replace(**{"vec.m": 8, "dist.m": 4}))
+    too_many = ok.replace(**{"vec.m": 32, "vec.n": 32, "dist.m": 32, "dist.n": 32})
+    assert "accumulators" in space.check(too_many)
+    assert "cores idle" in space.check(ok.replace(**{"dist.m": 96, "dist.n": 64}))
+    assert "changes nothing" in space.check(ok.replace(peel=True))
+    # 96 is not a power of two: a 64-row tile leaves a remainder that peeling handles.
+    assert space.check(ok.replace(**{"dist.m": 64}, peel=True)) is None
+    assert "strictly between" in space.check(ok.replace(**{"cache.m": 32}))
+    info = compilation_info(space.nest, space.target, ok)
+    assert "distribution = [32, 32, 0]" in info and "vector_reduction = [0, 0, 4]" in info
+    assert "cache_parallel" not in info
+    cached = compilation_info(space.nest, space.target, ok.replace(**{"cache.m": 8}))
+    assert "cache_parallel = [8, 0, 0]" in cached
+    assert "DoubleTilingExpert" in info
+
+
+def test_vulkan_space_prunes_by_the_device_limits(vulkan):
+    from dataclasses import replace
+
+    wl = autosched.workload("matmul", M=256, N=256, K=64)
+    space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
+    c = Config(
+        {
+            "pipeline": "BaseVectorize",
+            "wg.m": 32,
+            "wg.n": 64,
+            "thr.m": 4,
+            "thr.n": 4,
+            "red.k": 4,
+            "stages": 1,
+        }  # fmt: skip
+    )
+    assert space.check(c) is None and space.workgroup_size(c) == (16, 8, 1)
+    small = make_space(
+        wl, target="iree-vulkan", limits=replace(vulkan.limits, max_work_group_size=64)
+    )
+    assert "invocations exceed the device's 64" in small.check(c)
+    odd = make_space(wl, target="iree-vulkan", limits=replace(vulkan.limits, subgroup_size=256))
+    assert "subgroup size 256" in odd.check(c)
+    promote = c.replace(pipeline="MatmulPromoteVectorize", **{"wg.m": 128, "thr.m": 8, "red.k": 64})
+    tiny = make_space(wl, target="iree-vulkan", limits=replace(vulkan.limits, local_mem_bytes=8192))
+    assert "shared memory" in tiny.check(promote)
+    assert "only for MatmulPromoteVectorize" in space.check(c.replace(stages=2))
+    staged = promote.replace(**{"red.k": 8}, stages=2)
+    assert space.check(staged) is None and space.shared_bytes(staged) == (128 + 64) * 8 * 4 * 3
+    text = compilation_info(space.nest, space.target, staged)
+    assert "tile_sizes = [[128, 64, 8], [8, 4], [0, 0, 4]]" in text and "pipeline_depth = 1" in text
+    info = compilation_info(space.nest, space.target, c)
+    assert "tile_sizes = [[32, 64], [4, 4], [0, 0, 4]]" in info
+    assert "workgroup_size = [16, 8, 1]" in info
+    for cfg in space.sample(np.random.default_rng(1), 20):
+        assert space.workgroup_size(cfg)[0] * space.workgroup_size(cfg)[1] <= vulkan.max_invocations
+
+
+def test_vulkan_measures_a_tuned_config_and_reads_results_back_aligned(vulkan):
+    wl = autosched.workload("matmul", M=64, N=64, K=32, epilogue="bias")
+    space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
+    c = Config(
+        {
+            "pipeline": "BaseVectorize",
+            "wg.m": 8,
+            "wg.n": 32,
+            "thr.m": 1,
+            "thr.n": 4,
+            "red.k": 4,
+            "stages": 1,
+        }  # fmt: skip
+    )
+    assert "compilation_info" in annotated_mlir(space, c)
+    with MeasureWorker(vulkan, timeout_s=60) as worker:
+        for config in (space.default(), c):
+            outcome = worker.measure(build_iree(space, config), make_data(wl), QUICK)
+            assert outcome.status == OK, outcome.error
+
+
+def test_a_config_the_compiler_rejects_is_a_build_error_value(cpu, tmp_path):
+    from autosched.tuning.tune import tune
+
+    wl = autosched.workload("matmul", M=64, N=64, K=64)
+    space = make_space(wl, target="iree-llvm-cpu", limits=cpu.limits)
+    # Vectors of 32x32x32 floats: the pruning bound is lifted to show the compiler's error.
+    bad = Config({"pipeline": "DoubleTilingExpert", "dist.m": 32, "dist.n": 32, "vec.m": 32,
+                  "vec.n": 32, "red.k": 32, "peel": False, "cache.m": 0, "cache.n": 0})  # fmt: skip
+    from autosched.errors import ScheduleError
+
+    with pytest.raises(ScheduleError, match="iree-compile"):
+        build_iree(space, bad)
+    result = tune(wl, trials=4, batch=4, db=str(tmp_path / "r.db"), target="iree-llvm-cpu")
+    assert result.trials == 4 and result.best is not None
+    assert all(r.status in (OK, BUILD_ERROR) for r in result.history)
+
+
+def test_vulkan_results_come_back_through_an_aligned_host_allocation():
+    from autosched.measure.iree_runner import HOST_ALIGNMENT, IreeRunner, aligned_empty
+
+    for shape in ((3,), (5, 7), (1, 2, 3)):
+        a = aligned_empty(shape, "float32")
+        assert a.shape == shape and a.ctypes.data % HOST_ALIGNMENT == 0
+    runner = IreeRunner("vulkan")
+    x = np.arange(37, dtype=np.float32)[1:]  # a view: its data is not page-aligned
+    arr = runner.rt.asdevicearray(runner.device, x)
+    assert not arr._is_mappable()  # the path DeviceArray.to_host() fails on
+    np.testing.assert_array_equal(runner.to_numpy(arr), x)

@@ -1,0 +1,310 @@
+"""A model's fused functions as tuning tasks: spaces, builds, the scheduler, the Relax build.
+
+Real parts throughout: torch.export + TVM's Relax front end for tiny models with random
+weights, TVM codegen for llvm, real measurements in SQLite records.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import autosched.tvm
+from autosched.measure.device import select_device
+from autosched.measure.runner import TimingOptions
+from autosched.ops import workload_from_json
+from autosched.ops.fused import FusedFunc
+from autosched.records.sqlite import SQLiteDatabase
+from autosched.space.select import make_space
+from autosched.tuning.model import model_job, model_policy, task_timings, tune_tasks
+from autosched.tuning.runner import LocalRunner
+from autosched.tuning.scheduler import Gradient, TaskProgress
+from autosched.tvm.tasks import default_latency_ms, extract_tasks
+
+nn = torch.nn
+
+
+class ResBlock(nn.Module):
+    """conv+BN+relu, conv+BN+residual+relu, max-pool, mean, dense."""
+
+    def __init__(self, c: int = 8) -> None:
+        super().__init__()
+        self.c1 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b1 = nn.BatchNorm2d(c)
+        self.c2 = nn.Conv2d(c, c, 3, padding=1, bias=False)
+        self.b2 = nn.BatchNorm2d(c)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(c, 10)
+
+    def forward(self, x):
+        y = torch.relu(self.b1(self.c1(x)))
+        y = torch.relu(self.b2(self.c2(y)) + x)
+        return self.fc(self.pool(y).mean((2, 3)))
+
+
+class BertLayer(nn.Module):
+    """Attention (dense+bias, batched QK^T, softmax, batched AV) and an MLP with GELU."""
+
+    def __init__(self, d: int = 32, heads: int = 2, ff: int = 64) -> None:
+        super().__init__()
+        self.heads = heads
+        self.q, self.k, self.v, self.o = (nn.Linear(d, d) for _ in range(4))
+        self.ln1, self.ln2 = nn.LayerNorm(d), nn.LayerNorm(d)
+        self.f1, self.f2 = nn.Linear(d, ff), nn.Linear(ff, d)
+
+    def forward(self, x):
+        b, t, d = x.shape
+        h = self.heads
+
+        def split(y):
+            return y.view(b, t, h, d // h).transpose(1, 2)
+
+        q, k, v = split(self.q(x)), split(self.k(x)), split(self.v(x))
+        a = torch.softmax(q @ k.transpose(-1, -2) / (d // h) ** 0.5, -1)
+        x = self.ln1(x + self.o((a @ v).transpose(1, 2).reshape(b, t, d)))
+        return self.ln2(x + self.f2(nn.functional.gelu(self.f1(x))))
+
+
+def _relax(module: nn.Module, shape: tuple[int, ...]):
+    from tvm.relax.frontend.torch import from_exported_program
+
+    torch.manual_seed(0)
+    module = module.eval()
+    for bn in [m for m in module.modules() if isinstance(m, nn.BatchNorm2d)]:
+        bn.running_mean.uniform_(-0.5, 0.5)  # BN arithmetic that is not the identity
+        bn.running_var.uniform_(0.5, 1.5)
+    x = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
+    ep = torch.export.export(module, (torch.from_numpy(x),))
+    return from_exported_program(ep, keep_params_as_input=False), x, module
+
+
+@pytest.fixture(scope="module")
+def resnet():
+    return _relax(ResBlock(), (1, 8, 16, 16))
+
+
+@pytest.fixture(scope="module")
+def bert():
+    return _relax(BertLayer(), (1, 16, 32))
+
+
+@pytest.fixture(scope="module")
+def host():
+    return select_device(None, target="llvm")
+
+
+def _by_name(tasks, prefix: str):
+    return [t for t in tasks if t.name.startswith(prefix)]
+
+
+def _check_configs(task, host, n: int = 3) -> None:
+    """The default and ``n`` sampled configs build and match the TVM-built reference."""
+    import tvm
+
+    from autosched.space.schedule import schedule
+
+    wl = task.workload
+    space = make_space(wl, target="llvm", limits=host.limits)
+    rng = np.random.default_rng(1)
+    inputs = wl.make_inputs(rng)
+    expected = wl.reference(inputs)
+    rtol, atol = wl.tolerance()
+    for config in [space.default(), *space.sample(rng, n)]:
+        lib = tvm.compile(schedule(space, config), target="llvm")
+        args = {
+            s.name: tvm.runtime.tensor(
+                inputs[s.name] if s.role == "input" else np.full(s.shape, np.nan, s.dtype)
+            )
+            for s in wl.tensor_specs()
+        }
+        lib["main"](*args.values())
+        for name, want in expected.items():
+            np.testing.assert_allclose(args[name].numpy(), want, rtol=rtol, atol=atol)
+
+
+def test_resnet_block_tasks_have_weights_and_families(resnet, host):
+    mod, _, _ = resnet
+    tasks = extract_tasks(mod, limits=host.limits)
+    convs = _by_name(tasks, "fused_conv2d")
+    # Two convolutions with their BN arithmetic and relu (one with the residual) fused in.
+    assert len(convs) == 2 and all(t.family == "contraction" for t in convs)
+    from autosched.space.loopnest import analyze
+
+    for conv in convs:  # the padding is a producer, the BN arithmetic and relu its epilogue
+        nest = analyze(conv.workload)
+        assert nest.produced and nest.epilogue
+        assert len(conv.workload.tensor_specs()) >= 6  # data, weight, BN's four, output
+    dense = [t for t in tasks if "matmul" in t.name]
+    assert [t.family for t in dense] == ["contraction"]
+    # Pooling windows and a mean over two axes: no family, the default schedule.
+    assert {t.name: t.family for t in tasks}["max_pool2d"] is None
+    assert sum(t.weight for t in tasks) == 5
+
+
+def test_bert_layer_tasks_share_keys_and_weights(bert, host):
+    mod, _, _ = bert
+    tasks = extract_tasks(mod, limits=host.limits)
+    families = {t.name: t.family for t in tasks}
+    # q, k, v and o are one computation: one task called four times.
+    (qkvo,) = [t for t in tasks if t.weight == 4 and t.family == "contraction"]
+    assert len(qkvo.functions) == 1
+    assert families["layer_norm"] == "rowwise"
+    assert next(t for t in tasks if "softmax" in t.name).family == "rowwise"
+    batched = [t for t in tasks if t.name.startswith("matmul")]
+    assert batched and all(t.family == "contraction" for t in batched)
+    # Two layer norms on tensors Relax named differently: one workload, weight 2.
+    assert next(t for t in tasks if t.name == "layer_norm").weight == 2
+
+
+def test_fused_workload_round_trips_through_records(bert, host):
+    mod, _, _ = bert
+    task = next(t for t in extract_tasks(mod, limits=host.limits) if t.name == "layer_norm")
+    again = workload_from_json(task.workload.to_json())
+    assert again == task.workload and again.key == task.workload.key
+    assert again.key.startswith("fused-")
+    # The key does not depend on the shown name, and normalising is idempotent.
+    assert FusedFunc.of(again.prim_func(), "other").key == task.workload.key
+
+
+@pytest.mark.parametrize("prefix", ["fused_conv2d", "fused_NT_matmul"])
+def test_resnet_contractions_build_correct_configs(resnet, host, prefix):
+    for task in _by_name(extract_tasks(resnet[0], limits=host.limits), prefix):
+        _check_configs(task, host)
+
+
+@pytest.mark.parametrize("prefix", ["layer_norm", "fused_softmax", "matmul", "fused_NT_matmul"])
+def test_bert_tasks_build_correct_configs(bert, host, prefix):
+    tasks = _by_name(extract_tasks(bert[0], limits=host.limits), prefix)
+    assert tasks
+    for task in tasks[:2]:
+        _check_configs(task, host, n=2)
+
+
+def test_gradient_budget_ends_the_job_and_gives_every_task_its_minimum():
+    policy = Gradient(min_trials=2, budget=10, rng=np.random.default_rng(0))
+    tasks = [TaskProgress(trials=10, weight=w) for w in (1.0, 4.0, 1.0)]
+    picks = []
+    while policy.room(tasks):
+        i = policy.next_task(tasks, [0, 1, 2])
+        n = min(2, policy.room(tasks))
+        tasks[i].start(n)
+        tasks[i].finish(n, 1e-3 * tasks[i].weight / (tasks[i].done + 1))
+        picks.append(i)
+    assert sum(t.done for t in tasks) == 10
+    assert sorted(picks[:3]) == [0, 1, 2]  # the minimum first, for every task
+    assert policy.next_task(tasks, [0, 1, 2]) is None
+    assert picks.count(1) > picks.count(0)  # the heavy task gets the rest
+
+
+def test_model_job_with_no_tunable_task_is_refused():
+    from autosched.errors import InvalidInputError
+
+    with pytest.raises(InvalidInputError, match="nothing to tune"):
+        model_job([], name="m", target="llvm", trials=8)
+
+
+class Mlp(nn.Module):
+    """dense+bias+GELU, dense+bias+residual, layer norm, softmax: four tunable tasks."""
+
+    def __init__(self, d: int = 32, ff: int = 64) -> None:
+        super().__init__()
+        self.f1, self.f2, self.ln = nn.Linear(d, ff), nn.Linear(ff, d), nn.LayerNorm(d)
+
+    def forward(self, x):
+        y = self.ln(x + self.f2(nn.functional.gelu(self.f1(x))))
+        return torch.softmax(y, -1)
+
+
+def test_tune_a_model_and_build_it_with_its_records(host, tmp_path):
+    mod, x, module = _relax(Mlp(), (16, 32))
+    tasks = extract_tasks(mod, limits=host.limits)
+    db = SQLiteDatabase(tmp_path / "model.db")
+    runner = LocalRunner(host, "llvm", timing=TimingOptions(min_time_s=0.005), keep=len(tasks))
+    try:
+        result = tune_tasks(
+            tasks, runner, db, name="mlp", target="llvm", trials=10, batch=2, finalists=1
+        )
+    finally:
+        runner.close()
+    timings = task_timings(tasks, result)
+    tuned = [t for t in timings if t.family is not None]
+    assert len(tuned) >= 3
+    assert sum(t.trials for t in tuned) == 10  # the budget, shared out
+    assert all(t.trials >= 2 for t in tuned), timings
+    assert all(t.best_ms and t.default_ms for t in tuned), [
+        (r.status, r.error[:300]) for r in db.query() if not r.ok
+    ]
+    assert all(t.trials == 0 for t in timings if t.family is None)
+
+    built = autosched.tvm.build(mod, "llvm", db=db, shipped=False)
+    plain = autosched.tvm.build(mod, "llvm", db=None, shipped=False, untuned=False)
+    applied = {a.function: a.provenance for a in built.applied}
+    assert applied["layer_norm"] == "exact"
+    assert [t.name for t in tasks if applied.get(t.name) != "exact"] == [
+        t.name for t in tasks if t.family is None
+    ]
+    assert plain.applied == []
+    (got,), (want,) = built(x), plain(x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    eager = module(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
+
+
+def test_resnet_build_without_records_is_parallel_and_correct(resnet, host):
+    mod, x, module = resnet
+    built = autosched.tvm.build(mod, "llvm", db=None, shipped=False)
+    kinds = {a.function: a.provenance for a in built.applied}
+    assert kinds["max_pool2d"] == "default-schedule" and kinds["mean"] == "default-schedule"
+    assert all(v == "untuned" for k, v in kinds.items() if k.startswith("fused_conv2d"))
+    eager = module(torch.from_numpy(x)).detach().numpy()
+    (got,) = built(x)
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
+    pool = next(t for t in extract_tasks(mod, limits=host.limits) if t.name == "max_pool2d")
+    assert default_latency_ms(pool, device=host, min_time_s=0.001) > 0
+
+
+def test_model_policy_minimum_fits_the_budget(bert, host):
+    tasks = extract_tasks(bert[0], limits=host.limits)
+    job = model_job(tasks, name="b", target="llvm", trials=12, batch=8)
+    policy = model_policy(job, trials=12)
+    assert policy.budget == 12 and policy.min_trials == 12 // len(job.tasks)
+    assert all(t.weight >= 1 for t in job.tasks) and job.policy == "gradient"
+
+
+def test_the_search_learns_only_from_records_of_its_space_kind(bert, host):
+    """A model's fused functions share the op ``fused``: the contraction task's cost
+    model takes the other contractions' records, never the row-wise ones."""
+    from autosched.records.record import Record
+    from autosched.search.evolutionary import EvolutionarySearch
+
+    mod, _, _ = bert
+    tasks = extract_tasks(mod, limits=host.limits)
+    contraction = [t for t in tasks if t.family == "contraction"]
+    rowwise = [t for t in tasks if t.family == "rowwise"]
+    assert len(contraction) >= 2 and rowwise
+
+    def space_for(wl_json):
+        return make_space(workload_from_json(wl_json), target="llvm", limits=host.limits)
+
+    def record(task, seed: int) -> Record:
+        space = space_for(task.workload.to_json())
+        (config,) = space.sample(np.random.default_rng(seed), 1)
+        fp = host.fingerprint("llvm")
+        return Record(
+            workload_key=task.workload.key, workload=task.workload.to_json(), target="llvm",
+            device_key=host.key("llvm"), device_family=host.family("llvm"), device=fp,
+            config_key=config.key, config=config.to_json(), status="ok", latencies=(1e-4,),
+            latency_s=1e-4, gflops=1.0,
+        )  # fmt: skip
+
+    mine, other, row = contraction[0], contraction[1], rowwise[0]
+    space = space_for(mine.workload.to_json())
+    search = EvolutionarySearch(
+        space, rng=np.random.default_rng(0), space_for=space_for, family=host.family("llvm")
+    )
+    records = [record(t, s) for t in (mine, other, row) for s in range(2)]
+    kept = search._kin(records, space_for)
+    assert {r.workload_key for r in kept} == {mine.workload.key, other.workload.key}
+    search.observe(records)
+    assert search.propose(4)  # the fit on the kin records works

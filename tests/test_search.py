@@ -1,0 +1,235 @@
+"""The model search's sources: device prior, own ensemble, transfer, and their weights.
+
+Real PoCL records (tests/data, 5 matmul shapes on an AVX-512 Xeon), real spaces and
+real XGBoost fits; no device needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from autosched.cost_model import featurize, prior_score, training_set
+from autosched.cost_model.ensemble import BootstrapEnsemble
+from autosched.ops import workload, workload_from_json
+from autosched.records.record import Record
+from autosched.search import make_strategy
+from autosched.search.evolutionary import EvolutionarySearch, diverse
+from autosched.search.sources import Blend, kendall
+from autosched.space.config import Config
+from autosched.space.device import device_limits, vector_shape
+from autosched.space.select import make_space
+
+DATA = Path(__file__).parent / "data" / "matmul_pocl_records.jsonl"
+
+
+@pytest.fixture(scope="module")
+def records() -> list[Record]:
+    with DATA.open() as f:
+        return [Record.from_json(json.loads(line)) for line in f if line.strip()]
+
+
+@pytest.fixture(scope="module")
+def limits(records):
+    return device_limits(records[0].device, "opencl")
+
+
+def _one_shape(records):
+    key = records[0].workload_key
+    return [r for r in records if r.workload_key == key]
+
+
+def _space_for(limits):
+    spaces = {}
+
+    def make(wl):
+        k = json.dumps(wl, sort_keys=True)
+        if k not in spaces:
+            spaces[k] = make_space(workload_from_json(wl), limits=limits)
+        return spaces[k]
+
+    return make
+
+
+# -- what the device says before anything is measured ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fingerprint", "shape"),
+    [
+        ({"target": "llvm", "isa": ["sse4_2", "avx", "avx2", "fma", "avx512f"]}, (16, 32)),
+        ({"target": "llvm", "isa": ["sse4_2", "avx", "avx2", "fma"]}, (8, 16)),
+        ({"target": "llvm", "isa": ["asimd"]}, (4, 32)),
+        (
+            {"type": "cpu", "name": "pthread-haswell-AMD EPYC", "native_vector_width_float": 8},
+            (8, 16),
+        ),
+        # A PoCL fingerprint recorded before the native width was kept: its name says.
+        ({"type": "cpu", "name": "pthread-skylake-avx512-Intel(R) Xeon(R)"}, (16, 32)),
+        ({"type": "gpu", "name": "NVIDIA H100", "native_vector_width_float": 1}, (1, 64)),
+    ],
+)
+def test_vector_shape_comes_from_the_fingerprint(fingerprint, shape):
+    assert vector_shape(fingerprint) == shape
+
+
+def test_prior_follows_the_device_vector_width(limits):
+    wl = workload("matmul", M=512, N=512, K=512)
+    wide = dataclasses.replace(limits, vector_lanes=16, vector_registers=32)
+    narrow = dataclasses.replace(limits, vector_lanes=4, vector_registers=16)
+    base = {"stage.A": "global", "stage.B": "global", "tile.i": (1, 4), "tile.k": (2, 2)}
+    v16 = Config({**base, "tile.j": (1, 64), "vec": 16})
+    v4 = Config({**base, "tile.j": (1, 16), "vec": 4})
+    for lim, better in ((wide, 0), (narrow, 1)):
+        space = make_space(wl, limits=lim)
+        assert space.is_valid(v16) and space.is_valid(v4)
+        scores = prior_score(featurize(space, [v16, v4]))
+        assert np.argmax(scores) == better, (lim.vector_lanes, scores)
+
+
+# -- the own ensemble --------------------------------------------------------------------
+
+
+def test_ensemble_spread_out_of_bag_and_seed(records, limits):
+    X, y, g = training_set(records, _space_for(limits))
+    a = BootstrapEnsemble(members=4, seed=3).fit(X, y, g)
+    b = BootstrapEnsemble(members=4, seed=3).fit(X, y, g)
+    assert a.is_fitted and len(a.members_) == 4
+    mean, spread = a.predict_dist(X)
+    np.testing.assert_array_equal(mean, b.predict_dist(X)[0])
+    assert (spread > 0).mean() > 0.9
+    oob = a.oob_prediction_
+    has = np.isfinite(oob)
+    assert has.mean() > 0.8  # most rows were left out by some member
+    assert kendall(oob[has], y[has]) > 0.4  # and are ranked well by the others
+    assert not BootstrapEnsemble().fit(X[:5], y[:5], g[:5]).is_fitted
+
+
+# -- weighing the sources by how they rank this device ---------------------------------
+
+
+def _relabel(recs, gflops, family="this-device"):
+    return [
+        dataclasses.replace(r, gflops=float(v), device_family=family, status="ok")
+        for r, v in zip(recs, gflops, strict=True)
+    ]
+
+
+def test_a_prior_that_ranks_this_device_wrongly_fades(records, limits):
+    mine = [r for r in _one_shape(records) if r.ok]
+    space_for = _space_for(limits)
+    space = space_for(mine[0].workload)
+    X = featurize(space, [Config(r.config) for r in mine])
+    # A device on which everything the prior likes is slow.
+    upside_down = _relabel(mine, 1.0 + ranks_of(-prior_score(X)))
+    blend = Blend(space, seed=0, members=3)
+    blend.refit(upside_down[:32], upside_down[:32], space_for)
+    w = blend.weights()
+    assert w["prior"] == 0.0 and w["own"] > 0.2
+    rest = upside_down[32:]
+    pred = blend.score([Config(r.config) for r in rest])
+    assert kendall(pred, np.array([r.gflops for r in rest])) > 0.3
+
+
+def test_a_prior_that_ranks_this_device_well_keeps_its_say(records, limits):
+    mine = [r for r in _one_shape(records) if r.ok]
+    space_for = _space_for(limits)
+    space = space_for(mine[0].workload)
+    X = featurize(space, [Config(r.config) for r in mine])
+    agreeing = _relabel(mine, 1.0 + ranks_of(prior_score(X)))
+    blend = Blend(space, seed=0, members=3)
+    blend.refit(agreeing[:16], agreeing[:16], space_for)
+    assert blend.weights()["prior"] > 0.9
+
+
+def test_transfer_from_another_device_family(records, limits):
+    target = _one_shape(records)
+    # The other device measured the operator's other shapes.
+    theirs = [
+        dataclasses.replace(r, device_family="other-device")
+        for r in records
+        if r.workload_key != target[0].workload_key
+    ]
+    space = _space_for(limits)(target[0].workload)
+    search = EvolutionarySearch(
+        space, rng=np.random.default_rng(0), space_for=_space_for(limits), family="mine"
+    )
+    search.observe(theirs)
+    assert not search.seen and not search.own  # nothing measured on this device yet
+    assert len(search.propose(8)) == 8
+    assert "transfer:other-device" in search.blend.weights()
+    # Cold, the blend already ranks this shape's configs by what the other device saw.
+    ok = [r for r in target if r.ok]
+    cold = search.blend.score([Config(r.config) for r in ok])
+    assert kendall(cold, np.array([r.gflops for r in ok])) > 0.3
+    # Once this device disagrees with the other one, the transfer source fades.
+    upside_down = _relabel(ok[:24], [1.0 / r.gflops for r in ok[:24]], family="mine")
+    search.observe(upside_down)
+    search.propose(8)
+    assert search.blend.weights()["transfer:other-device"] == 0.0
+
+
+def test_batches_are_diverse():
+    space = make_space(
+        workload("matmul", M=256, N=256, K=256),
+        limits=device_limits(
+            {
+                "type": "cpu",
+                "max_work_group_size": 4096,
+                "local_mem_bytes": 1 << 20,
+                "native_vector_width_float": 8,
+                "compute_units": 2,
+            },
+            "opencl",
+        ),
+    )
+    ranked = space.sample(np.random.default_rng(0), 200)
+    # The best-ranked config and all its one-knob neighbours come first.
+    head = [ranked[0]] + [
+        c for c in (space.mutate(ranked[0], np.random.default_rng(i)) for i in range(20)) if c
+    ]
+    picked = diverse(head + ranked, 8)
+    assert len(picked) == 8
+    for i, a in enumerate(picked):
+        for b in picked[i + 1 :]:
+            assert sum(a[k] != b[k] for k in a) >= 2
+
+
+@pytest.mark.parametrize("name", ["random", "tpe"])
+def test_other_families_records_are_not_this_devices(records, limits, name):
+    shape = _one_shape(records)
+    space = _space_for(limits)(shape[0].workload)
+    fam = shape[0].device_family
+    s = make_strategy(name, space, rng=np.random.default_rng(0), family="another")
+    s.observe(shape)
+    assert not s.seen
+    s = make_strategy(name, space, rng=np.random.default_rng(0), family=fam)
+    s.observe(shape)
+    keys = {r.config_key for r in shape}
+    assert s.seen <= keys and len(s.seen) > len(keys) // 2
+
+
+def ranks_of(values) -> np.ndarray:
+    return np.argsort(np.argsort(values, kind="stable"), kind="stable").astype(float)
+
+
+def test_staging_is_penalised_only_where_local_memory_is_emulated():
+    base = {"type": "cpu", "max_work_group_size": 1024, "local_mem_bytes": 65536}
+    wl = workload("matmul", M=256, N=256, K=256)
+    cfg = {"tile.i": (4, 4), "tile.j": (4, 8), "tile.k": (8, 2), "vec": 8}
+    staged = Config({**cfg, "stage.A": "local", "stage.B": "local"})
+    direct = Config({**cfg, "stage.A": "global", "stage.B": "global"})
+    gaps = {}
+    for kind in ("global", "local"):
+        limits = device_limits({**base, "local_mem_type": kind}, "opencl")
+        assert limits.local_mem_emulated == (kind == "global")
+        space = make_space(wl, limits=limits)
+        s = prior_score(featurize(space, [staged, direct]))
+        gaps[kind] = s[1] - s[0]
+    assert gaps["global"] > 0.5 and abs(gaps["local"]) < 0.5
+    # A CPU fingerprint recorded before the type was kept counts as emulated.
+    assert device_limits(base, "opencl").local_mem_emulated
