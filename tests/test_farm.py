@@ -231,6 +231,17 @@ def farm(tmp_path):
     assert not left, f"process groups left behind: {left}"
 
 
+def _signal_mask(pid: int, field: str) -> set[int]:
+    """The signals in a process's SigIgn, SigBlk or SigCgt line of /proc/PID/status."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return set()
+    (line,) = [x for x in status.splitlines() if x.startswith(field + ":")]
+    bits = int(line.split()[1], 16)
+    return {n for n in range(1, 65) if bits >> (n - 1) & 1}
+
+
 def _records(db_path: Path | str) -> list:
     if isinstance(db_path, Path) and not db_path.exists():
         return []
@@ -571,18 +582,26 @@ def test_ctrl_c_ends_a_job_with_one_line_and_no_process_left(tmp_path):
     job.write_text(JOB.format(trials=64))
     db = tmp_path / "records.db"
     mark = f"ctrl-c-{os.getpid()}-{time.time()}"
+    # A terminal's foreground job has SIGINT at its default. The test runner may not: a
+    # shell without job control starts background commands (CI's, say) with SIGINT
+    # ignored, every child inherits that across exec, and Python then installs no handler.
     run = subprocess.Popen(
         [sys.executable, "-m", "autosched", "job", "run", str(job), "--db", str(db)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
         env=dict(os.environ, AUTOSCHED_TEST_MARK=mark),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )  # fmt: skip
     try:
         deadline = time.time() + 240
         while time.time() < deadline and run.poll() is None and len(_records(db)) < 4:
             time.sleep(0.2)
+        caught = _signal_mask(run.pid, "SigCgt")
         os.killpg(run.pid, signal.SIGINT)
         stdout, stderr = run.communicate(timeout=120)
-        assert run.returncode == 130, stderr[-3000:]
+        assert run.returncode == 130, (
+            f"{len(_records(db))} records when SIGINT was sent; the job caught SIGINT: "
+            f"{signal.SIGINT in caught}\n{stderr[-3000:]}"
+        )
         assert stderr.rstrip().splitlines()[-1] == (
             "autosched: interrupted; measured batches are saved, rerun the same command to resume"
         )

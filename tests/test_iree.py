@@ -3,6 +3,8 @@ Linalg emission, the spaces and their pruning, rendering, measurement."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -94,9 +96,13 @@ def test_roots_map_back_to_the_workloads_they_came_from():
         assert root.workload == expected, (root.workload, wl)
 
 
-def test_cpu_space_prunes_by_the_host_and_renders_a_lowering_config(cpu):
+@pytest.mark.parametrize("bits", [None, 256, 512])
+def test_cpu_space_prunes_by_the_host_and_renders_a_lowering_config(cpu, bits):
+    """On this host's limits, and on an AVX2's and an AVX-512's whatever this host is:
+    CI's CPU changes from day to day, and a rule that suits one must hold on the others."""
     wl = autosched.workload("matmul", M=96, N=64, K=32)
-    space = make_space(wl, target="iree-llvm-cpu", limits=cpu.limits)
+    limits = cpu.limits if bits is None else dataclasses.replace(cpu.limits, vector_bits=bits)
+    space = make_space(wl, target="iree-llvm-cpu", limits=limits)
     assert space.default()["pipeline"] == "auto"
     assert compilation_info(space.nest, space.target, space.default()) is None
     configs = space.sample(np.random.default_rng(0), 30)

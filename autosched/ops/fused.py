@@ -168,15 +168,7 @@ class FusedFunc(Workload):
         return _parse(self.script).with_attr("global_symbol", "main")
 
     def tensor_specs(self, *, scratch: Any = ()) -> list[TensorSpec]:
-        func = self.prim_func()
-        written = _written(func)
-        specs = []
-        for buf in func.params:
-            role = "output" if buf.name in written else "input"
-            specs.append(
-                TensorSpec(str(buf.name), tuple(int(d) for d in buf.shape), str(buf.dtype), role)
-            )
-        return specs
+        return list(_specs(self.script))
 
     def main_stage(self) -> str | None:
         return None
@@ -186,18 +178,7 @@ class FusedFunc(Workload):
         """2 x the iterations of the reduction block for one reduction (a contraction);
         otherwise the elements of every block's iteration space, summed (a row-wise or
         elementwise function moves data more than it computes; this counts its work)."""
-        func = self.prim_func()
-        blocks = _blocks(func)
-        reductions = [b for b in blocks if any(int(iv.iter_type) == 2 for iv in b.iter_vars)]
-        if len(reductions) == 1 and len(blocks) >= 1:
-            try:
-                from autosched.space.loopnest import analyze_prim_func
-
-                analyze_prim_func(func)
-                return 2.0 * _iterations(reductions[0])
-            except ScheduleError:
-                pass
-        return float(sum(_iterations(b) for b in blocks))
+        return _flops(self.script)
 
     def make_inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         return {
@@ -232,8 +213,11 @@ class FusedFunc(Workload):
         return contraction_tolerance(length)
 
 
+@lru_cache(maxsize=64)
 def _parse(script: str):
-    """A fresh function each call: a ``tvm.s_tir.Schedule`` may change the one it is given."""
+    """Parsed once per script (a tuning run asks for the function, its tensors and its
+    flops for every candidate, and parsing costs a good part of a second): TIR functions
+    are immutable, and ``tvm.s_tir.Schedule`` works on its own copy."""
     import tvm
 
     try:
@@ -241,6 +225,33 @@ def _parse(script: str):
     except Exception as exc:  # TVM's parser raises its own diagnostics
         raise InvalidInputError(f"the fused workload's script does not parse: {exc}") from None
     return mod["main"]
+
+
+@lru_cache(maxsize=64)
+def _specs(script: str) -> tuple[TensorSpec, ...]:
+    func = _parse(script)
+    written = _written(func)
+    return tuple(
+        TensorSpec(str(b.name), tuple(int(d) for d in b.shape), str(b.dtype), role)
+        for b in func.params
+        for role in ["output" if b.name in written else "input"]
+    )
+
+
+@lru_cache(maxsize=64)
+def _flops(script: str) -> float:
+    func = _parse(script)
+    blocks = _blocks(func)
+    reductions = [b for b in blocks if any(int(iv.iter_type) == 2 for iv in b.iter_vars)]
+    if len(reductions) == 1:
+        try:
+            from autosched.space.loopnest import analyze_prim_func
+
+            analyze_prim_func(func)
+            return 2.0 * _iterations(reductions[0])
+        except ScheduleError:
+            pass
+    return float(sum(_iterations(b) for b in blocks))
 
 
 @lru_cache(maxsize=16)

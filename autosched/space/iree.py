@@ -175,8 +175,11 @@ class IreeSpace(Space):
             return f"vector tile of {acc * red} elements exceeds {MAX_CPU_VECTOR_TILE}"
         inner = d.spatial[-1] if d.kind != "reduction" else d.reduction[-1]
         knob = f"vec.{inner.name}" if d.kind != "reduction" else f"red.{inner.name}"
-        if config[knob] < min(lanes, inner.extent):
-            return f"{knob}={config[knob]} leaves the {lanes}-lane vectors part empty"
+        # A 256-bit vector runs at full width on AVX-512 parts too (Zen 4 splits a 512-bit
+        # op in two): only an inner tile narrower than both is refused.
+        narrowest = min(lanes, 8, inner.extent)
+        if config[knob] < narrowest:
+            return f"{knob}={config[knob]} leaves {narrowest}-lane vectors part empty"
         most = math.prod(-(-lp.extent // max(1, config[f"vec.{lp.name}"])) for lp in d.spatial)
         if self.tasks(config) < min(self.limits.cores, most):
             return f"{self.tasks(config)} tasks leave some of the {self.limits.cores} cores idle"
