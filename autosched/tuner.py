@@ -76,8 +76,13 @@ def _build_worker_init(show_output: bool) -> None:
         os.close(devnull)
 
 
-class _Builders:
-    """A process pool that survives a crashing build."""
+def default_build_workers() -> int:
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+class BuildPool:
+    """A process pool that survives a crashing build. Started on the first build; a
+    device's session shares one among the workloads it tunes."""
 
     def __init__(self, workers: int) -> None:
         self.workers = workers
@@ -133,7 +138,12 @@ class Tuner:
         timeout_s: float = 30.0,
         timing: TimingOptions | None = None,
         build_workers: int | None = None,
+        worker: MeasureWorker | None = None,
+        builders: BuildPool | None = None,
     ) -> None:
+        """``worker`` and ``builders``: a measurement child and a build pool shared with
+        other tuners of the same device (its session closes them); by default the tuner
+        starts and closes its own."""
         self.workload = workload
         self.db = db
         self.device = device
@@ -151,12 +161,15 @@ class Tuner:
         rtol, atol = workload.tolerance()
         self.data = TestData(workload.key, inputs, workload.reference(inputs), rtol, atol)
         self.timeout_s = timeout_s
-        self.worker = MeasureWorker(device, timeout_s=timeout_s)
-        self.builders = _Builders(build_workers or max(1, min(2, os.cpu_count() or 1)))
+        self._owns = (worker is None, builders is None)
+        self.worker = worker or MeasureWorker(device, timeout_s=timeout_s)
+        self.builders = builders or BuildPool(build_workers or default_build_workers())
 
     def close(self) -> None:
-        self.worker.close()
-        self.builders.close()
+        if self._owns[0]:
+            self.worker.close()
+        if self._owns[1]:
+            self.builders.close()
 
     # one candidate -> one record
     def _record(
@@ -212,6 +225,7 @@ class Tuner:
         timed on, so the whole batch is built before the first measurement.
         """
         futures = [self._submit(c) for c in configs]
+        self.worker.timeout_s = self.timeout_s  # a shared worker serves other timeouts too
         limit = max(60.0, self.timeout_s)
         builds: list[BuildResult | None] = [None] * len(configs)
         if self.target != "opencl":
@@ -237,6 +251,7 @@ class Tuner:
         the finalists side by side keeps that from deciding the winner.
         """
         built = [self.builders.result(self._submit(c), max(60.0, self.timeout_s)) for c in configs]
+        self.worker.timeout_s = self.timeout_s
         lats: list[list[float]] = [[] for _ in configs]
         started_at = time.time()  # the rounds interleave: each record spans all of them
         failed: dict[int, RunOutcome] = {}

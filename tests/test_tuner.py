@@ -197,3 +197,30 @@ def test_bad_input_is_one_line_and_status_2(args, fragment):
     lines = [ln for ln in res.stderr.splitlines() if ln.strip() and not ln.startswith("tuning ")]
     assert len(lines) == 1 and fragment in lines[0], res.stderr
     assert "Traceback" not in res.stderr
+
+
+def test_a_device_session_measures_every_workload_in_one_child(device):
+    """A job sends one device batches of many workloads in turn (a model's tasks): its
+    session keeps one measurement child for all of them, loads each batch's own test data
+    (two seeds of one workload share its key, not its data: a stale reference would fail
+    the check), and ends the child when it closes."""
+    from autosched.tuning.runner import BatchRequest, DeviceSession
+
+    matmul = autosched.workload("matmul", M=64, N=64, K=64)
+    softmax = autosched.workload("softmax", rows=64, cols=128)
+    session = DeviceSession(device, "opencl", keep=1, timing=QUICK)  # keep 1: tuners go
+    pids = set()
+    try:
+        for wl, seed in [(matmul, 0), (softmax, 0), (matmul, 1), (matmul, 0), (softmax, 2)]:
+            space = make_space(wl, target="opencl", limits=device.limits)
+            request = BatchRequest(
+                wl.to_json(), "opencl", device.key("opencl"), (space.default().to_json(),), seed
+            )
+            (rec,) = session.run(request)
+            assert rec.status == "ok", (wl, seed, rec.error)
+            pids.add(session._worker._proc.pid)
+        child = session._worker._proc
+        assert len(pids) == 1 and child.is_alive()
+    finally:
+        session.close()
+    assert not child.is_alive()

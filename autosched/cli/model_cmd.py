@@ -186,7 +186,7 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
     db = open_database(args.db)
     deadline = time.time() + args.hours * 3600 if args.hours else None
     start = time.time()
-    runner = LocalRunner(device, args.target, timing=TimingOptions(), keep=min(len(tasks), 4))
+    runner = LocalRunner(device, args.target, timing=TimingOptions(), keep=max(1, len(tasks)))
     try:
         result = tune_tasks(
             tasks, runner, db, name=model.name, target=args.target, trials=args.trials,

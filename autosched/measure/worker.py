@@ -159,7 +159,7 @@ class MeasureWorker:
         self.timeout_s = timeout_s
         self._proc: mp.Process | None = None
         self._conn = None
-        self._data_key: str | None = None
+        self._data: TestData | None = None
         # PoCL caches compiled kernels on disk; keep ours out of the user's cache. The
         # llvm runner writes each library here to load it.
         _sweep_stale_dirs()
@@ -192,7 +192,7 @@ class MeasureWorker:
             proc.kill()
             raise RuntimeError("measurement worker did not start")
         _log_output(parent.recv()[1], "the device's driver, opening it,")
-        self._proc, self._conn, self._data_key = proc, parent, None
+        self._proc, self._conn, self._data = proc, parent, None
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -208,7 +208,7 @@ class MeasureWorker:
                 pass
         if self._conn is not None:
             self._conn.close()
-        self._proc, self._conn, self._data_key = None, None, None
+        self._proc, self._conn, self._data = None, None, None
         self.restarts += 1
 
     def measure(self, program: Program, data: TestData, options: TimingOptions) -> RunOutcome:
@@ -220,12 +220,14 @@ class MeasureWorker:
         assert self._conn is not None
         start = time.perf_counter()
         try:
-            if self._data_key != data.key:
+            # Tuners sharing this worker each have their own data, and two of one
+            # workload (other seeds) share a key: the object itself says what is loaded.
+            if self._data is not data:
                 self._conn.send(("data", data))
                 if not self._conn.poll(self.timeout_s):
                     raise TimeoutError
                 self._conn.recv()
-                self._data_key = data.key
+                self._data = data
             self._conn.send(("run", program, options))
             remaining = max(0.1, self.timeout_s - (time.perf_counter() - start))
             if not self._conn.poll(remaining):

@@ -99,11 +99,12 @@ class Runner(Protocol):
 
 
 class DeviceSession:
-    """Builds and times batches on one device; keeps a measurement child per workload.
+    """Builds and times batches on one device, with one measurement child and one build
+    pool for every workload it is sent.
 
-    The tuner of a workload (its test data, reference output and measurement child) is
-    kept for the last few workloads, since a job returns to the same ones batch after
-    batch.
+    The tuner of a workload (its space, test data and reference output) is kept for the
+    last ``keep`` workloads, since a job returns to the same ones batch after batch: a
+    model's tasks are tens of workloads interleaved by the task scheduler.
     """
 
     def __init__(
@@ -112,7 +113,7 @@ class DeviceSession:
         target: str,
         *,
         worker: str = "",
-        keep: int = 2,
+        keep: int = 32,
         timing: TimingOptions | None = None,
         on_record: Callable[[Record], None] | None = None,
     ) -> None:
@@ -123,6 +124,8 @@ class DeviceSession:
         self.timing = timing
         self.on_record = on_record  # after each search-phase candidate, as it lands
         self._tuners: OrderedDict[tuple, Any] = OrderedDict()
+        self._worker: Any = None  # the measurement child and build pool, on first use
+        self._builders: Any = None
 
     def slot(self) -> Slot:
         return Slot(
@@ -135,8 +138,12 @@ class DeviceSession:
         )
 
     def _tuner(self, request: BatchRequest):
-        from autosched.tuner import Tuner
+        from autosched.measure.worker import MeasureWorker
+        from autosched.tuner import BuildPool, Tuner, default_build_workers
 
+        if self._worker is None:
+            self._worker = MeasureWorker(self.device, timeout_s=request.timeout_s)
+            self._builders = BuildPool(default_build_workers())
         key = (canonical(request.workload), request.seed, request.timeout_s)
         tuner = self._tuners.pop(key, None)
         if tuner is None:
@@ -148,6 +155,8 @@ class DeviceSession:
                 seed=request.seed,
                 timeout_s=request.timeout_s,
                 timing=self.timing,
+                worker=self._worker,
+                builders=self._builders,
             )
             if self.worker:  # a farm worker's name, as its operator gave it
                 tuner.worker_name = self.worker
@@ -173,6 +182,10 @@ class DeviceSession:
         while self._tuners:
             _, tuner = self._tuners.popitem()
             tuner.close()
+        if self._worker is not None:
+            self._worker.close()
+            self._builders.close()
+            self._worker = self._builders = None
 
 
 def canonical(data: Any) -> str:
@@ -192,10 +205,10 @@ class LocalRunner:
         *,
         timing: TimingOptions | None = None,
         on_record: Callable[[Record], None] | None = None,
-        keep: int = 2,
+        keep: int = 32,
     ) -> None:
-        # keep: workloads whose measurement child and test data stay alive between
-        # batches (a model's tasks take turns; a new child costs seconds).
+        # keep: workloads whose space, test data and reference stay between batches (a
+        # model's tasks take turns; a fused task's reference is built by TVM).
         self.session = DeviceSession(device, target, timing=timing, on_record=on_record, keep=keep)
         self._pool = cf.ThreadPoolExecutor(1, thread_name_prefix="autosched-measure")
 
