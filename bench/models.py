@@ -9,8 +9,8 @@ causal mask (seq 128). Each is imported with ``autosched.models.load_model`` (th
 
 - TVM untuned: ``tvm.compile`` of the imported module for this CPU, no records;
 - autosched / MetaSchedule after N trials per task: the ``TUNED`` hooks below, each a
-  function that tunes the model and returns a built Relax executable (not wired here:
-  the columns stay empty until they are);
+  function that tunes the model and returns a built Relax executable
+  (bench/models_autosched.py, always; bench/models_ms.py with ``--metaschedule``);
 - onnxruntime (the model exported by ``zoo.export_onnx``) and torch eager.
 
 Every runner's outputs are checked against torch eager before its timings count. The
@@ -62,9 +62,9 @@ class TunedBuild(Protocol):
     """Tune ``model`` with ``trials_per_task`` trials for each of its tasks, in ``work_dir``.
 
     Returns the Relax executable built with the tuned schedules (what ``tvm.compile``
-    returns) and the tuning wall time in seconds. This is where the lead wires
-    ``autosched.tvm.build`` (autosched) and MetaSchedule (``tune_relax`` with the same
-    total trials, applied with ``MetaScheduleApplyDatabase``).
+    returns) and the tuning wall time in seconds: ``autosched.tvm.build`` after
+    ``tune_tasks`` (autosched), ``tune_relax`` with the same total trials applied with
+    ``MetaScheduleApplyDatabase`` (MetaSchedule).
     """
 
     def __call__(
@@ -306,6 +306,9 @@ def main(
         log.warning("TVM was imported before TVM_NUM_THREADS was set: its runtime may ignore it")
     # TVM's thread pool reads this once, on import; unset, it takes half the logical CPUs.
     os.environ["TVM_NUM_THREADS"] = str(THREADS)
+    from bench.models_autosched import autosched_build
+
+    TUNED["autosched"] = autosched_build
     if args.metaschedule:
         from bench.models_ms import metaschedule_build
 

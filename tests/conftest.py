@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 import subprocess
 
 import numpy as np
@@ -7,6 +8,20 @@ import pytest
 
 from autosched.measure.device import select_device
 from autosched.measure.runner import TestData
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_data_home(tmp_path_factory):
+    """A command a test runs without --db (a refused one, say) gets the default records
+    database: in a folder of the test run's, never the user's ~/.local/share."""
+    home = tmp_path_factory.mktemp("data-home")
+    old = os.environ.get("XDG_DATA_HOME")
+    os.environ["XDG_DATA_HOME"] = str(home)
+    yield home
+    if old is None:
+        os.environ.pop("XDG_DATA_HOME", None)
+    else:
+        os.environ["XDG_DATA_HOME"] = old
 
 
 @pytest.fixture(scope="session")

@@ -250,6 +250,12 @@ class MeasureWorker:
             return RunOutcome(RUN_ERROR, f"measurement worker crashed ({how})")
 
     def close(self) -> None:
+        """End the child and remove its folder: the worker is done."""
+        self.stop()
+        shutil.rmtree(self._cache_dir, ignore_errors=True)
+
+    def stop(self) -> None:
+        """End the child only; the next measurement starts a new one."""
         if self._proc is not None and self._proc.is_alive() and self._conn is not None:
             try:
                 self._conn.send(("stop",))
@@ -260,7 +266,7 @@ class MeasureWorker:
             self._proc.kill()
             self._proc.join(2)
         self._proc = self._conn = None
-        shutil.rmtree(self._cache_dir, ignore_errors=True)
+        self._data = None
 
     def __enter__(self) -> MeasureWorker:
         return self

@@ -213,11 +213,17 @@ class FusedFunc(Workload):
         return contraction_tolerance(length)
 
 
-@lru_cache(maxsize=64)
 def _parse(script: str):
-    """Parsed once per script (a tuning run asks for the function, its tensors and its
-    flops for every candidate, and parsing costs a good part of a second): TIR functions
-    are immutable, and ``tvm.s_tir.Schedule`` works on its own copy."""
+    """A fresh copy of the function each call: a ``tvm.s_tir.Schedule`` changes nodes of
+    the function it is given in place (a cached function scheduled once came back wrong).
+    The script is parsed once; copying through TVM's JSON costs a tenth of parsing."""
+    import tvm
+
+    return tvm.ir.load_json(tvm.ir.save_json(_pristine(script)))
+
+
+@lru_cache(maxsize=64)
+def _pristine(script: str):
     import tvm
 
     try:

@@ -174,9 +174,17 @@ class DeviceSession:
             )
         tuner = self._tuner(request)
         configs = [Config.from_json(c) for c in request.configs]
-        if request.rounds:
-            return tuner.remeasure(configs, rounds=request.rounds)
-        return tuner.measure(configs, on_record=self.on_record)
+        try:
+            if request.rounds:
+                return tuner.remeasure(configs, rounds=request.rounds)
+            return tuner.measure(configs, on_record=self.on_record)
+        finally:
+            if self.target == "iree-vulkan":
+                # IREE's Vulkan driver keeps two threads spinning while a device is open
+                # (IREE 3.13 on lavapipe: 100% of a core each, measured): between batches
+                # they would take the cores from this host's other devices' measurements.
+                # The child starts again with the next batch.
+                self._worker.stop()
 
     def close(self) -> None:
         while self._tuners:
