@@ -27,6 +27,8 @@ from autosched.search import SearchStrategy, make_strategy
 from autosched.space.config import Config
 from autosched.space.select import make_space
 from autosched.space.space import Space
+from autosched.tuning.interrupt import check as check_interrupt
+from autosched.tuning.interrupt import latched
 from autosched.tuning.job import Job, Task
 from autosched.tuning.runner import BatchRequest, LostBatch, Runner, Slot
 from autosched.tuning.scheduler import TaskProgress, TaskScheduler, make_policy
@@ -120,7 +122,13 @@ class JobResult:
         return sum(p.new for p in self.pairs)
 
 
-def run_job(
+def run_job(*args: Any, **kwargs: Any) -> JobResult:
+    """See :func:`_run_job`; Ctrl-C is latched while it runs (:mod:`autosched.tuning.interrupt`)."""
+    with latched():
+        return _run_job(*args, **kwargs)
+
+
+def _run_job(
     job: Job,
     runner: Runner,
     db: Database,
@@ -192,6 +200,7 @@ def run_job(
 
     refresh()
     while True:
+        check_interrupt()
         if not stopping():
             if time.time() - refreshed > _SLOT_REFRESH_S:
                 refresh()
@@ -421,6 +430,7 @@ def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) ->
         )
         handles[runner.submit(pair.slot, request)] = pair
     while handles:
+        check_interrupt()
         for handle, result in runner.wait(list(handles), 5.0):
             pair = handles.pop(handle)
             if isinstance(result, BaseException):
