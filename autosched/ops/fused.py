@@ -85,23 +85,17 @@ def _inline_row_values(func):
         if any(int(iv.iter_type) == 2 for iv in b.iter_vars)
         for w in b.writes
     }
-    changed = False
-    for block in blocks:
-        spatial = all(int(iv.iter_type) == 0 for iv in block.iter_vars)
-        if (
-            spatial
-            and len(block.iter_vars) < rank
-            and len(block.writes) == 1
-            and block.writes[0].source.name in allocated
-            and block.reads
-            and all(r.source.name in reduced for r in block.reads)
-        ):
-            try:
-                sch.compute_inline(sch.get_sblock(block.name_hint))
-                changed = True
-            except Exception as exc:  # TVM refuses: keep the block
-                log.debug("not inlined: %s (%s)", block.name_hint, exc)
-    return sch.mod["main"] if changed else func
+    row_values = [
+        block
+        for block in blocks
+        if all(int(iv.iter_type) == 0 for iv in block.iter_vars)
+        and len(block.iter_vars) < rank
+        and len(block.writes) == 1
+        and block.writes[0].source.name in allocated
+        and block.reads
+        and all(r.source.name in reduced for r in block.reads)
+    ]
+    return sch.mod["main"] if _inline(sch, row_values) else func
 
 
 def _inline_epilogue(func):
@@ -119,19 +113,26 @@ def _inline_epilogue(func):
     ]
     if len(reductions) != 1:
         return func
+    epilogue = [
+        block
+        for block in blocks[reductions[0] + 1 :]
+        if all(int(iv.iter_type) == 0 for iv in block.iter_vars)
+        and len(block.writes) == 1
+        and block.writes[0].source.name in allocated
+    ]
+    return sch.mod["main"] if _inline(sch, epilogue) else func
+
+
+def _inline(sch, blocks) -> bool:
+    """Inline each of ``blocks`` into its readers where TVM allows it; whether any was."""
     changed = False
-    for block in blocks[reductions[0] + 1 :]:
-        if (
-            all(int(iv.iter_type) == 0 for iv in block.iter_vars)
-            and len(block.writes) == 1
-            and block.writes[0].source.name in allocated
-        ):
-            try:
-                sch.compute_inline(sch.get_sblock(block.name_hint))
-                changed = True
-            except Exception as exc:  # TVM refuses: keep the block
-                log.debug("not inlined: %s (%s)", block.name_hint, exc)
-    return sch.mod["main"] if changed else func
+    for block in blocks:
+        try:
+            sch.compute_inline(sch.get_sblock(block.name_hint))
+            changed = True
+        except Exception as exc:  # TVM refuses: keep the block
+            log.debug("not inlined: %s (%s)", block.name_hint, exc)
+    return changed
 
 
 class FusedFunc(Workload):
