@@ -11,6 +11,7 @@ proposed; the batches in flight are awaited and stored.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import time
@@ -120,12 +121,6 @@ class JobResult:
     @property
     def new_trials(self) -> int:
         return sum(p.new for p in self.pairs)
-
-
-def run_job(*args: Any, **kwargs: Any) -> JobResult:
-    """See :func:`_run_job`; Ctrl-C is latched while it runs (:mod:`autosched.tuning.interrupt`)."""
-    with latched():
-        return _run_job(*args, **kwargs)
 
 
 def _run_job(
@@ -298,6 +293,14 @@ def _run_job(
         workers_lost=[w for w in seen if w not in now],
         started=start,
     )
+
+
+@functools.wraps(_run_job)
+def run_job(*args: Any, **kwargs: Any) -> JobResult:
+    # _run_job's signature and docstring; Ctrl-C is latched while it runs
+    # (autosched.tuning.interrupt).
+    with latched():
+        return _run_job(*args, **kwargs)
 
 
 def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str]:
