@@ -171,6 +171,26 @@ def write_kernel_tuner_cache(cache: ReplayCache, path: str | os.PathLike[str]) -
     return tune_params
 
 
+class _RecordedPrefix:
+    """Kernel Tuner's restriction: are the assigned knob values those of a recorded
+    config? Unassigned values (python-constraint's ``Unassigned``) match anything; the
+    recorded rows projected onto each set of assigned positions are built once."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self.rows = rows
+        self._projections: dict[tuple[int, ...], set[tuple[Any, ...]]] = {}
+
+    def __call__(self, *values: Any) -> bool:
+        from constraint import Unassigned
+
+        at = tuple(i for i, v in enumerate(values) if v is not Unassigned)
+        seen = self._projections.get(at)
+        if seen is None:
+            seen = {tuple(row[i] for i in at) for row in self.rows}
+            self._projections[at] = seen
+        return tuple(values[i] for i in at) in seen
+
+
 class KernelTunerReplay:
     """Kernel Tuner's simulation mode over one cache (its cache file written once)."""
 
@@ -184,12 +204,7 @@ class KernelTunerReplay:
         enc = Encoded(cache)
         by_row = {tuple(row): key for key, row in zip(enc.keys, enc.rows)}
         self.by_row = by_row
-        allowed = set(by_row)
-
-        def recorded(*values: Any) -> bool:
-            return tuple(values) in allowed
-
-        self.restriction: Callable[..., bool] = recorded
+        self.restriction: Callable[..., bool] = _RecordedPrefix(list(by_row))
 
     def run(self, strategy: str, seed: int, budget: int) -> list[str]:
         from constraint import FunctionConstraint
@@ -203,7 +218,10 @@ class KernelTunerReplay:
             (1,),
             [],
             self.tune_params,
-            restrictions=[FunctionConstraint(self.restriction)],
+            # assigned=False: the solver asks about partial assignments too, so it
+            # prunes every branch no recorded config lies under instead of walking the
+            # whole product of knob values (71 million for the conv2d cache).
+            restrictions=[FunctionConstraint(self.restriction, assigned=False)],
             cache=str(self.path),
             simulation_mode=True,
             strategy=strategy,
