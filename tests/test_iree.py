@@ -234,6 +234,71 @@ def test_vulkan_results_come_back_through_an_aligned_host_allocation():
     assert run.returncode == 0 and run.stdout.strip() == "read back", run.stderr[-2000:]
 
 
+def test_a_thread_that_spins_while_idle_gets_the_lowest_priority():
+    import os
+    import threading
+    import time
+
+    from autosched.measure.iree_runner import (
+        LOWEST_PRIORITY,
+        demote_spinning_threads,
+        thread_ticks,
+    )
+
+    before = set(thread_ticks())
+    tids: dict[str, int] = {}
+    stop = threading.Event()
+
+    def spin() -> None:
+        tids["spin"] = threading.get_native_id()
+        while not stop.is_set():
+            pass
+
+    def wait() -> None:
+        tids["wait"] = threading.get_native_id()
+        stop.wait()
+
+    threads = [threading.Thread(target=f, daemon=True) for f in (spin, wait)]
+    for t in threads:
+        t.start()
+    try:
+        while len(tids) < 2:
+            time.sleep(0.01)
+        nice = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert demote_spinning_threads(before, sample_s=0.5) == [tids["spin"]]
+        assert os.getpriority(os.PRIO_PROCESS, tids["spin"]) == LOWEST_PRIORITY
+        assert os.getpriority(os.PRIO_PROCESS, tids["wait"]) == nice
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == nice
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
+_SPINNERS = """
+import os, time
+from autosched.measure.iree_runner import LOWEST_PRIORITY, IreeRunner, thread_ticks
+
+runner = IreeRunner("vulkan")
+a = thread_ticks(); time.sleep(1.0); b = thread_ticks()
+busy = [t for t, n in b.items() if n - a.get(t, n) >= 0.25 * os.sysconf("SC_CLK_TCK")]
+normal = [t for t in busy if os.getpriority(os.PRIO_PROCESS, t) != LOWEST_PRIORITY]
+print(len(runner.demoted), len(busy), len(normal))
+"""
+
+
+def test_an_open_vulkan_device_leaves_no_thread_spinning_at_normal_priority():
+    """IREE's Vulkan driver on lavapipe busy-waits in two threads while a device is open:
+    whatever spins while nothing runs must have the lowest priority, or it takes cores
+    from the kernels being timed."""
+    run = subprocess.run(
+        [sys.executable, "-c", _SPINNERS], capture_output=True, text=True, timeout=120
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    demoted, busy, normal = map(int, run.stdout.split())
+    assert normal == 0, f"{normal} of {busy} busy threads at normal priority ({demoted} demoted)"
+
+
 def test_a_vulkan_session_ends_its_child_between_batches(vulkan):
     """Its open device spins two threads: a job's session must not leave that running
     beside the host's other devices, and the next batch starts a child again."""
