@@ -59,7 +59,8 @@ TRIALS = (16, 32, 64)
 
 
 class TunedBuild(Protocol):
-    """Tune ``model`` with ``trials_per_task`` trials for each of its tasks, in ``work_dir``.
+    """Tune ``model`` with ``trials_per_task`` more trials for each of its tasks, resuming
+    from what ``work_dir`` holds (bench_model calls it once per budget, same folder).
 
     Returns the Relax executable built with the tuned schedules (what ``tvm.compile``
     returns) and the tuning wall time in seconds: ``autosched.tvm.build`` after
@@ -218,15 +219,23 @@ def bench_model(
 
     tuned: dict[str, dict] = {}
     for tuner, hook in TUNED.items():
-        for n in trials:
-            name = f"{tuner}@{n}"
-            if hook is None:
-                tuned[name] = {"status": f"not wired: bench.models.TUNED[{tuner!r}] is None"}
-                continue
-            with tempfile.TemporaryDirectory(prefix=f"bench-{tuner}-") as work:
-                built, tune_s = hook(model, trials_per_task=n, work_dir=Path(work))
-            tuned[name] = {"status": "tuned", "tuning_wall_s": tune_s, "trials_per_task": n}
-            add(name, tvm_runner(built, model, arrays))
+        if hook is None:
+            for n in trials:
+                tuned[f"{tuner}@{n}"] = {
+                    "status": f"not wired: bench.models.TUNED[{tuner!r}] is None"
+                }
+            continue
+        # One run per tuner, built at each budget: every step resumes from what the
+        # work folder holds and adds the trials up to the next budget, as a user who
+        # tunes further overnight does. The wall time of a budget counts every step.
+        done, wall = 0, 0.0
+        with tempfile.TemporaryDirectory(prefix=f"bench-{tuner}-") as work:
+            for n in sorted(trials):
+                built, tune_s = hook(model, trials_per_task=n - done, work_dir=Path(work))
+                done, wall = n, wall + tune_s
+                name = f"{tuner}@{n}"
+                tuned[name] = {"status": "tuned", "tuning_wall_s": wall, "trials_per_task": n}
+                add(name, tvm_runner(built, model, arrays))
 
     timings = time_rounds(runners, rounds=rounds, round_s=round_s)
     rows = {}

@@ -2,8 +2,9 @@
 
 The model's Relax module goes through ``relax.get_pipeline("zero")`` (legalise, fold
 constants, fuse), MetaSchedule's ``tune_relax`` tunes every extracted task with its
-gradient task scheduler and ``trials_per_task`` x (number of tasks) trials in all (the
-same total autosched gets), and ``MetaScheduleApplyDatabase`` + ``tvm.compile`` build it
+gradient task scheduler and ``trials_per_task`` x (number of tasks) more trials in all
+(at least the total autosched gets), into the JSON database of the work folder (an
+earlier budget's records seed its evolutionary search, as they do when a user resumes), and ``MetaScheduleApplyDatabase`` + ``tvm.compile`` build it
 (``compile_relax`` did not apply the database in TVM 0.27). The runner inherits
 TVM_NUM_THREADS from bench/models.py, so candidates run on the same threads.
 """
@@ -20,6 +21,24 @@ from autosched.models import Model
 log = logging.getLogger("bench.models")
 
 BUILD_TIMEOUT_S = 120.0
+
+
+def _lean_build() -> Any:
+    """MetaSchedule's default build function without its first line, ``import
+    tvm.s_tir.tensor_intrin``: that import registers every target's tensor intrinsics
+    (CUDA's among them) and takes some 28 s in each builder process, which MetaSchedule
+    starts afresh for every batch. An fp32 llvm build uses none of them. Made inside a
+    function so that cloudpickle sends it to the builder processes by value (they
+    cannot import ``bench``)."""
+
+    def build(mod: Any, target: Any, _params: Any) -> Any:
+        from tvm.driver import build as tvm_build
+        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
+
+        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
+        return tvm_build(mod, target=target)
+
+    return build
 
 
 def metaschedule_build(
@@ -50,7 +69,7 @@ def metaschedule_build(
         # it, and a longer timeout keeps a busy machine's slow start from failing builds
         # (30 s, the default, failed most of a tiny BERT layer's 2-trial batches here).
         num_trials_per_iter=min(64, trials_per_task),
-        builder=ms.builder.LocalBuilder(timeout_sec=BUILD_TIMEOUT_S),
+        builder=ms.builder.LocalBuilder(f_build=_lean_build(), timeout_sec=BUILD_TIMEOUT_S),
         seed=seed,
     )
     tune_s = time.perf_counter() - start
