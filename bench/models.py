@@ -260,6 +260,19 @@ def bench_model(
     }
 
 
+def merge_results(old: dict, new: dict) -> dict:
+    """``new`` with the entries of ``old`` for models it did not run; each kept entry
+    carries the date, machine and versions of the run that measured it."""
+    ran = {r["model"] for r in new["results"]}
+    kept = []
+    for r in old.get("results", []):
+        if r["model"] not in ran:
+            for key in ("date", "machine", "versions", "tiny"):
+                r.setdefault(key, old.get(key))
+            kept.append(r)
+    return {**new, "results": kept + new["results"]}
+
+
 def _fmt(row: dict, key: str, spec: str) -> str:
     return format(row[key], spec) if key in row else "-"
 
@@ -301,6 +314,11 @@ def main(
         type=int,
         default=USABLE_CORES,
         help="threads of every runner (default: the usable cores)",
+    )
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="keep the other models' entries of an existing --out (one model per run)",
     )
     parser.add_argument(
         "--metaschedule",
@@ -377,6 +395,8 @@ def main(
         "tiny": args.tiny,
         "results": results,
     }
+    if args.update and Path(args.out).exists():
+        out = merge_results(json.loads(Path(args.out).read_text()), out)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nwritten {args.out}")
