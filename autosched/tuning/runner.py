@@ -181,9 +181,10 @@ class DeviceSession:
         finally:
             if self.target == "iree-vulkan":
                 # IREE's Vulkan driver keeps two threads spinning while a device is open
-                # (IREE 3.13 on lavapipe: 100% of a core each, measured): between batches
-                # they would take the cores from this host's other devices' measurements.
-                # The child starts again with the next batch.
+                # (IREE 3.13 on lavapipe: 100% of a core each, measured). The child gives
+                # them nice 19 (iree_runner.demote_spinning_threads), but even so they
+                # would burn the host's idle cores between batches, beside its other
+                # devices' measurements. The child starts again with the next batch.
                 self._worker.stop()
 
     def close(self) -> None:
