@@ -181,6 +181,8 @@ class _RecordedPrefix:
         self._projections: dict[tuple[int, ...], set[tuple[Any, ...]]] = {}
 
     def __call__(self, *values: Any) -> bool:
+        # Looked up here, not kept on self: Kernel Tuner deep-copies its restrictions,
+        # and a copied sentinel would no longer be python-constraint's ``Unassigned``.
         from constraint import Unassigned
 
         at = tuple(i for i, v in enumerate(values) if v is not Unassigned)
