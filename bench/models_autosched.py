@@ -3,8 +3,9 @@
 The path a compiler team runs: ``extract_tasks`` reads the model's fused PrimFuncs,
 ``tune_tasks`` spends ``trials_per_task`` x (tunable tasks) more trials in all on this
 CPU through the gradient task scheduler (the one a farm job uses), into the records
-database in the work folder (resuming from what an earlier budget measured there), and ``autosched.tvm.build`` applies those records (no shipped ones:
-only what this run measured counts) and builds the Relax executable. The measurement
+database in the work folder (resuming from what an earlier budget measured there),
+and ``autosched.tvm.build`` applies those records (no shipped ones: only what this run
+measured counts) and builds the Relax executable. The measurement
 child inherits TVM_NUM_THREADS from bench/models.py, so candidates run on the threads
 the model will.
 """

@@ -4,8 +4,9 @@ The model's Relax module goes through ``relax.get_pipeline("zero")`` (legalise, 
 constants, fuse), MetaSchedule's ``tune_relax`` tunes every extracted task with its
 gradient task scheduler and ``trials_per_task`` x (number of tasks) more trials in all
 (at least the total autosched gets), into the JSON database of the work folder (an
-earlier budget's records seed its evolutionary search, as they do when a user resumes), and ``MetaScheduleApplyDatabase`` + ``tvm.compile`` build it
-(``compile_relax`` did not apply the database in TVM 0.27). The runner inherits
+earlier budget's records seed its evolutionary search, as they do when a user
+resumes), and ``MetaScheduleApplyDatabase`` + ``tvm.compile`` build it (``compile_relax``
+did not apply the database in TVM 0.27). The runner inherits
 TVM_NUM_THREADS from bench/models.py, so candidates run on the same threads.
 """
 
