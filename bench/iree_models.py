@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.models import MODELS, Runner, max_error, time_rounds  # noqa: E402
+from bench.models import MODELS, USABLE_CORES, Runner, max_error, time_rounds  # noqa: E402
 
 RESULTS = ROOT / "bench" / "results" / "iree_models.json"
 # The importer's synchronous entry point for the ONNX graph (main_graph$async does the work).
@@ -134,8 +134,8 @@ def bench_model(
             t0 = time.perf_counter()
             builds[name] = (compile_mlir(source, flags), time.perf_counter() - t0)
         runner = IreeRunner(DRIVERS[target])
-        threads = device.compute_units if target == "iree-llvm-cpu" else 1
-        reference = onnx_runner(onnx_path, inputs, max(1, threads))
+        # onnxruntime on every core this process may use, whatever IREE's device is.
+        reference = onnx_runner(onnx_path, inputs, USABLE_CORES)
         expected = tuple(reference())
         runners: dict[str, Runner] = {"onnxruntime": reference}
         errors: dict[str, float] = {}
