@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -157,6 +161,39 @@ def test_a_relax_build_is_called_like_a_function(tmp_path):
         with pytest.raises(InvalidInputError) as info:
             call()
         assert str(info.value).startswith(message) and str(info.value).endswith(accepted)
+
+
+_THREADS_CHILD = """
+import sys
+import numpy as np
+import tvm
+import autosched.tvm
+from autosched.measure.cpu import host_cpu
+from tests.test_tvm_relax import linear_bias_relu
+built = autosched.tvm.build(linear_bias_relu(64, 32, 16), "llvm", db=sys.argv[1], shipped=False)
+x, w, b = (np.ones(s.shape, np.float32) for s in built.inputs)
+built(x, w, b)
+print(tvm.get_global_func("runtime.NumThreads")(), host_cpu().cores)
+"""
+
+
+@pytest.mark.parametrize("user_threads", [None, "1"])
+def test_a_built_model_runs_on_the_threads_its_records_were_measured_on(tmp_path, user_threads):
+    """TVM's own default pool is half the logical CPUs (one thread on a 2-vCPU VM, where
+    the measurement workers ran on two); a build run in the user's process gets the
+    device's cores, unless the user set TVM_NUM_THREADS."""
+    env = {k: v for k, v in os.environ.items() if k != "TVM_NUM_THREADS"}
+    if user_threads:
+        env["TVM_NUM_THREADS"] = user_threads
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
+    res = subprocess.run(
+        [sys.executable, "-c", _THREADS_CHILD, str(_empty(tmp_path))],
+        capture_output=True, text=True, timeout=300, env=env, cwd=root,
+    )  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    threads, cores = map(int, res.stdout.split()[-2:])
+    assert threads == (int(user_threads) if user_threads else cores), res.stdout
 
 
 def test_a_relax_build_returns_tuples_and_takes_symbolic_shapes(tmp_path):

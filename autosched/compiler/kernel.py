@@ -167,6 +167,7 @@ class CompiledKernel:
                 if isinstance(self.program, KernelProgram):
                     self._executor = _OpenCLExecutor(self.program, self.device)
                 else:
+                    self.device.use_in_this_process()  # the threads it was measured on
                     self._executor = _CpuExecutor(self.program)
             self._executor.run(arrays, out)
         return out

@@ -44,6 +44,9 @@ _ISA_FLAGS = (
 HOST_SELECTORS = ("host", "cpu", "0")
 
 
+TVM_THREADS = "TVM_NUM_THREADS"
+
+
 @dataclass(frozen=True)
 class HostCPU:
     """This machine's CPU as plain data; the only device of the ``llvm`` target.
@@ -103,6 +106,21 @@ class HostCPU:
             "tvm_version": tvm_version(),
             "autosched_version": __version__,
         }
+
+    def thread_env(self) -> dict[str, str]:
+        """The environment that has TVM's runtime run on :attr:`cores` threads."""
+        return {TVM_THREADS: str(self.cores)}
+
+    def use_in_this_process(self) -> None:
+        """Have TVM's runtime in this process run on as many threads as the measurements.
+
+        TVM sizes its thread pool from ``TVM_NUM_THREADS`` when it first runs a parallel
+        loop; unset, it takes half the logical CPUs (it assumes two hardware threads per
+        core), which on a 2-vCPU VM is one thread: a BERT layer tuned on 2 threads ran at
+        half its speed in the process that built it. A value the user set stays, and a
+        pool that already started keeps its size.
+        """
+        os.environ.setdefault(TVM_THREADS, str(self.cores))
 
     def key(self, target: str = "llvm") -> str:
         """Exact identity: hash of the full fingerprint."""

@@ -173,7 +173,7 @@ class MeasureWorker:
             return ("iree", self.device.driver, self.device.cores), env
         if isinstance(self.device, HostCPU):
             # TVM's pool otherwise sizes itself from the machine, not from what we may use.
-            return ("llvm",), {"TVM_NUM_THREADS": str(self.device.cores)}
+            return ("llvm",), self.device.thread_env()
         spec = ("opencl", self.device.platform_index, self.device.device_index)
         return spec, {"POCL_CACHE_DIR": self._cache_dir, "PYOPENCL_NO_CACHE": "1"}
 

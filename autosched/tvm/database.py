@@ -267,6 +267,8 @@ def build(
     records = RecordsDatabase(target=target, device=device, db=db, shipped=shipped, untuned=untuned)
     if target == "llvm":
         tvm_target = tvm.target.Target(records.device.tvm_target())
+        # The built model runs in this process on the threads its records were measured on.
+        records.device.use_in_this_process()
     else:
         tvm_target = tvm.target.Target({"kind": "opencl"}).with_host(
             tvm.target.Target({"kind": "llvm"})

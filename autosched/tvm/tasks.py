@@ -176,6 +176,7 @@ def default_latency_ms(task: ModelTask, *, device: Any, min_time_s: float = 0.05
     from autosched.space.schedule import apply
 
     wl = task.workload
+    device.use_in_this_process()
     sch = Schedule(wl.prim_func())
     space = space_of(wl, target="llvm", limits=device.limits)
     if space is None:
