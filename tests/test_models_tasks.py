@@ -238,7 +238,7 @@ def test_tune_a_model_and_build_it_with_its_records(host, tmp_path):
     assert all(t.trials == 0 for t in timings if t.family is None)
 
     built = autosched.tvm.build(mod, "llvm", db=db, shipped=False)
-    plain = autosched.tvm.build(mod, "llvm", db=None, shipped=False, untuned=False)
+    plain = autosched.tvm.build(mod, "llvm", untuned=False, records=False)
     applied = {a.function: a.provenance for a in built.applied}
     assert applied["layer_norm"] == "exact"
     assert [t.name for t in tasks if applied.get(t.name) != "exact"] == [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import subprocess
 import sys
@@ -105,6 +106,21 @@ def test_relax_build_applies_the_record_of_its_own_task(tuned_db):
     expected = np.maximum(arrays[0].astype(np.float64) @ arrays[1] + arrays[2], 0)
     np.testing.assert_allclose(out_tuned, expected, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(out_tuned, out_untuned, rtol=1e-4, atol=1e-4)
+
+
+def test_a_baseline_build_consults_no_records_and_warns_of_none(tuned_db, caplog):
+    """``records=False`` (``model tune``'s untuned column) builds what TVM makes of the
+    module whatever the databases hold, and no lookup warns that a function is untuned."""
+    db, _ = tuned_db
+    mod = linear_bias_relu(M, K, N)
+    with caplog.at_level(logging.WARNING, logger="autosched"):
+        plain = autosched.tvm.build(mod, "llvm", db=db, untuned=False, records=False)
+        defaults = autosched.tvm.build(mod, "llvm", db=db, records=False)
+    assert plain.applied == [] and not caplog.records, caplog.text
+    assert [a.provenance for a in defaults.applied] == ["untuned"]
+    # The same database, consulted, gives the record.
+    tuned = autosched.tvm.build(mod, "llvm", db=db, untuned=False, shipped=False)
+    assert [a.provenance for a in tuned.applied] == ["exact"]
 
 
 def test_functions_without_records_get_the_default_or_are_left_to_tvm(tmp_path):

@@ -199,7 +199,7 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
     ref_ms = _reference_ms(model, arrays)
     if args.target == "llvm":
         tuned = build(model.mod, args.target, db=db, shipped=False)
-        untuned = build(model.mod, args.target, db=None, shipped=False, untuned=False)
+        untuned = build(model.mod, args.target, untuned=False, records=False)
         tuned_ms: float | None = tuned.latency_ms(**arrays)
         untuned_ms: float | None = untuned.latency_ms(**arrays)
         _check_outputs(tuned(**arrays), model.reference(arrays))

@@ -21,7 +21,7 @@ from typing import Any
 
 from autosched.compiler import find_config
 from autosched.compiler.arguments import ANY, bind
-from autosched.compiler.lookup import UNTUNED
+from autosched.compiler.lookup import UNTUNED, Lookup
 from autosched.errors import InvalidInputError, ScheduleError
 from autosched.measure.device import select_device
 from autosched.ops import Workload
@@ -61,6 +61,9 @@ class RecordsDatabase:
         untuned: also schedule functions that have no record: with their space's
             default config, or (llvm) the default schedule when no family covers them.
             Off: they are left to TVM (single-threaded loops on llvm).
+        records: consult the databases at all. Off: the build is what ``untuned`` alone
+            makes of the module (a baseline that no database, the user's default one
+            included, can change, and no lookup warns about).
     """
 
     def __init__(
@@ -71,8 +74,10 @@ class RecordsDatabase:
         db: Database | str | os.PathLike[str] | None = None,
         shipped: bool = True,
         untuned: bool = True,
+        records: bool = True,
     ) -> None:
         self.target = target
+        self.records = records
         self.device = select_device(device, target=target)
         self.db = db
         self.shipped = shipped
@@ -98,9 +103,12 @@ class RecordsDatabase:
             default_schedule(sch, limits=self.device.limits)
             self.applied.append(Applied(name, wl, FALLBACK, None, None))
             return _replacement(sch)
-        found = find_config(
-            wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
-        )
+        if not self.records:
+            found = Lookup(space.default(), UNTUNED)
+        else:
+            found = find_config(
+                wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
+            )
         if found.provenance == UNTUNED and not self.untuned:
             return None
         try:
@@ -256,6 +264,7 @@ def build(
     device: Any = None,
     shipped: bool = True,
     untuned: bool = True,
+    records: bool = True,
 ) -> RelaxBuild:
     """Build a Relax module, applying autosched's records to its fused PrimFuncs.
 
@@ -264,7 +273,9 @@ def build(
     """
     import tvm
 
-    records = RecordsDatabase(target=target, device=device, db=db, shipped=shipped, untuned=untuned)
+    records = RecordsDatabase(
+        target=target, device=device, db=db, shipped=shipped, untuned=untuned, records=records
+    )
     if target == "llvm":
         tvm_target = tvm.target.Target(records.device.tvm_target())
         # The built model runs in this process on the threads its records were measured on.
