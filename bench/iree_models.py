@@ -34,7 +34,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.models import MODELS, USABLE_CORES, Runner, max_error, time_rounds  # noqa: E402
+from bench.models import (  # noqa: E402
+    MODELS,
+    Runner,
+    max_error,
+    onnxruntime_runner,
+    time_rounds,
+)
 
 RESULTS = ROOT / "bench" / "results" / "iree_models.json"
 # The importer's synchronous entry point for the ONNX graph (main_graph$async does the work).
@@ -57,18 +63,6 @@ def iree_module_runner(runner: Any, module: bytes, inputs: list[np.ndarray]) -> 
         return [runner.to_numpy(o) for o in (out if isinstance(out, tuple | list) else (out,))]
 
     return run
-
-
-def onnx_runner(path: Path, inputs: list[np.ndarray], threads: int) -> Runner:
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-    # zoo.export_onnx names the inputs input0, input1, ... in the module's order.
-    feed = {f"input{i}": a for i, a in enumerate(inputs)}
-    return lambda: [np.asarray(o) for o in session.run(None, feed)]
 
 
 def tune_tasks(text: str, *, target: str, trials: int, db: Any, device: Any) -> list[dict]:
@@ -135,7 +129,7 @@ def bench_model(
             builds[name] = (compile_mlir(source, flags), time.perf_counter() - t0)
         runner = IreeRunner(DRIVERS[target])
         # onnxruntime on every core this process may use, whatever IREE's device is.
-        reference = onnx_runner(onnx_path, inputs, USABLE_CORES)
+        reference = onnxruntime_runner(onnx_path, inputs)
         expected = tuple(reference())
         runners: dict[str, Runner] = {"onnxruntime": reference}
         errors: dict[str, float] = {}

@@ -29,7 +29,7 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -116,7 +116,8 @@ def tvm_runner(executable: Any, model: Model, arrays: Mapping[str, np.ndarray]) 
     return run
 
 
-def onnxruntime_runner(path: Path, arrays: Mapping[str, np.ndarray], model: Model) -> Runner:
+def onnxruntime_runner(path: Path, inputs: Sequence[np.ndarray]) -> Runner:
+    """``path`` in onnxruntime on :data:`THREADS` threads; ``inputs`` in the model's order."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -124,7 +125,7 @@ def onnxruntime_runner(path: Path, arrays: Mapping[str, np.ndarray], model: Mode
     options.inter_op_num_threads = 1
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
     # zoo.export_onnx names the inputs input0, input1, ... in the module's order.
-    feed = {f"input{i}": arrays[spec.name] for i, spec in enumerate(model.inputs)}
+    feed = {f"input{i}": a for i, a in enumerate(inputs)}
     return lambda: [np.asarray(o) for o in session.run(None, feed)]
 
 
@@ -214,7 +215,7 @@ def bench_model(
 
     with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
         onnx_path = zoo.export_onnx(module, example, Path(tmp) / f"{factory}.onnx")
-        add("onnxruntime", onnxruntime_runner(onnx_path, arrays, model))
+        add("onnxruntime", onnxruntime_runner(onnx_path, [arrays[s.name] for s in model.inputs]))
     add("torch_eager", torch_runner(module, model, arrays))
 
     tuned: dict[str, dict] = {}
