@@ -209,3 +209,65 @@ def test_a_ctrl_c_that_lands_in_a_finaliser_still_ends_the_loop():
     )  # fmt: skip
     assert run.stdout.split() == ["went", "on", "interrupted"], (run.stdout, run.stderr)
     assert run.stderr == ""  # Python's "Exception ignored" report is kept off the terminal
+
+
+_GC_CALLBACK_CTRL_C = """
+import gc, os, signal, time
+from autosched.tuning.interrupt import check, latched
+
+state = {}
+
+def diagnosis(phase, info):  # keeps state across a collection, as Dask's GC diagnosis does
+    if phase == "start":
+        os.kill(os.getpid(), signal.SIGINT)
+        sum(range(1000))  # the handler runs here
+        state["start"] = time.perf_counter()
+    else:
+        assert state.pop("start", None) is not None, "stop without start"
+
+gc.callbacks.append(diagnosis)
+with latched():
+    gc.collect()
+    gc.callbacks.remove(diagnosis)
+    print("collected")
+    try:
+        check()
+    except KeyboardInterrupt:
+        print("interrupted")
+"""
+
+
+def test_a_ctrl_c_that_lands_in_a_gc_callback_leaves_it_whole_and_ends_the_loop():
+    """A KeyboardInterrupt raised inside a GC callback's "start" left Dask's diagnosis
+    without its start time, and its "stop" then printed an AssertionError traceback over a
+    farm job's Ctrl-C (CI, 2026-11-25). The first Ctrl-C only marks the loop to stop."""
+    run = subprocess.run(
+        [sys.executable, "-c", _GC_CALLBACK_CTRL_C], capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert run.stdout.split() == ["collected", "interrupted"], (run.stdout, run.stderr)
+    assert run.stderr == ""
+
+
+_TWICE_CTRL_C = """
+import os, signal, time
+from autosched.tuning.interrupt import latched
+
+with latched():
+    os.kill(os.getpid(), signal.SIGINT)
+    print("marked")
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+        print("slept")
+    except KeyboardInterrupt:
+        print("interrupted")
+"""
+
+
+def test_a_second_ctrl_c_interrupts_at_once():
+    run = subprocess.run(
+        [sys.executable, "-c", _TWICE_CTRL_C], capture_output=True, text=True, timeout=60,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    assert run.stdout.split() == ["marked", "interrupted"], (run.stdout, run.stderr)

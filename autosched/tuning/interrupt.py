@@ -1,11 +1,13 @@
-"""Ctrl-C that a tuning loop never loses.
+"""Ctrl-C that a tuning loop never loses, and that never lands in somebody else's code.
 
 Python raises KeyboardInterrupt wherever the main thread happens to be when SIGINT
-lands. If that is inside a finaliser or a garbage-collector callback (a Dask future's
-``__del__``, the in-process scheduler's GC diagnosis), Python reports it as
-"Exception ignored" with a traceback and goes on, and the job ran to its end. While a
-loop runs, :func:`latched` records the signal, keeps such a report off the terminal,
-and :func:`check`, called once per turn of the loop, raises it again.
+lands. Inside a finaliser or a garbage-collector callback (a Dask future's ``__del__``,
+the in-process scheduler's GC diagnosis) Python reports it as "Exception ignored" with a
+traceback and goes on: the job ran to its end, or the callback's own state was left half
+updated and its next call failed with a second traceback. So while a loop runs,
+:func:`latched` only records the first SIGINT, and :func:`check`, called once per turn of
+the loop (every wait in it is bounded), raises KeyboardInterrupt there, in the loop's own
+code. A second SIGINT before that raises at once, as Python's own handler would.
 """
 
 from __future__ import annotations
@@ -21,8 +23,9 @@ _tripped = False
 
 def _handler(signum, frame) -> None:
     global _tripped
+    if _tripped:  # pressed again: the user will not wait for the loop's next turn
+        raise KeyboardInterrupt
     _tripped = True
-    raise KeyboardInterrupt
 
 
 @contextmanager
@@ -40,6 +43,7 @@ def latched() -> Iterator[None]:
     previous_hook = sys.unraisablehook
 
     def hook(unraisable) -> None:
+        # after a second Ctrl-C, a KeyboardInterrupt that landed in a finaliser is not news
         if not (_tripped and isinstance(unraisable.exc_value, KeyboardInterrupt)):
             previous_hook(unraisable)
 
