@@ -157,6 +157,22 @@ def test_bert_layer_tasks_share_keys_and_weights(bert, host):
     assert next(t for t in tasks if t.name == "layer_norm").weight == 2
 
 
+def test_a_linear_layers_constant_weight_is_transposed_at_build_time(bert, host):
+    """nn.Linear computes x @ W^T with W stored [out, in]: the build folds the transpose
+    into the constant, so the dense tasks read W^T as [in, out], along the output's
+    contiguous axis, and no task strides through W's rows (Relax's NT_matmul)."""
+    mod, _, _ = bert
+    tasks = extract_tasks(mod, limits=host.limits)
+    assert not [t.name for t in tasks if "NT_matmul" in t.name]
+    # f1: x [16, 32] (the batch reshaped away) times W^T, out [16, 64], bias (64,)
+    (f1,) = [t for t in tasks if _shapes(t)[0] == (16, 32) and _shapes(t)[-1] == (16, 64)]
+    assert _shapes(f1)[1] == (32, 64)  # [in, out]; nn.Linear's W is [64, 32]
+
+
+def _shapes(task) -> list[tuple[int, ...]]:
+    return [tuple(s.shape) for s in task.workload.tensor_specs()]
+
+
 def test_fused_workload_round_trips_through_records(bert, host):
     mod, _, _ = bert
     task = next(t for t in extract_tasks(mod, limits=host.limits) if t.name == "layer_norm")
@@ -167,13 +183,13 @@ def test_fused_workload_round_trips_through_records(bert, host):
     assert FusedFunc.of(again.prim_func(), "other").key == task.workload.key
 
 
-@pytest.mark.parametrize("prefix", ["fused_conv2d", "fused_NT_matmul"])
+@pytest.mark.parametrize("prefix", ["fused_conv2d", "fused_matmul"])
 def test_resnet_contractions_build_correct_configs(resnet, host, prefix):
     for task in _by_name(extract_tasks(resnet[0], limits=host.limits), prefix):
         _check_configs(task, host)
 
 
-@pytest.mark.parametrize("prefix", ["layer_norm", "fused_softmax", "matmul", "fused_NT_matmul"])
+@pytest.mark.parametrize("prefix", ["layer_norm", "fused_softmax", "matmul", "fused_matmul"])
 def test_bert_tasks_build_correct_configs(bert, host, prefix):
     tasks = _by_name(extract_tasks(bert[0], limits=host.limits), prefix)
     assert tasks

@@ -45,9 +45,15 @@ class ModelTask:
 
 def fuse(mod: Any) -> Any:
     """The passes shared by extraction and build: inference decompositions (batch norm),
-    canonical bindings, FuseTransposeMatmul (a linear layer's weight is read in place, not
-    transposed in a kernel of its own), legalisation, pattern annotation, constant folding,
-    FuseOps and FuseTIR."""
+    canonical bindings, constant folding of the weights' layout, FuseTransposeMatmul,
+    legalisation, pattern annotation, constant folding, FuseOps and FuseTIR.
+
+    The first FoldConstant transposes a linear layer's constant weight once, at build
+    time (``permute_dims(W)`` becomes a constant ``W^T``), so its matmul reads ``[K, N]``
+    rows along the output's contiguous axis, as a plain matmul does, instead of striding
+    through ``W``'s rows (an ``NT_matmul``). FuseTransposeMatmul then reads in place what
+    transposes remain (of values computed at run time), rather than transposing them in a
+    kernel of their own."""
     import tvm
     from tvm import relax
 
@@ -55,6 +61,7 @@ def fuse(mod: Any) -> Any:
         [
             relax.transform.DecomposeOpsForInference(),
             relax.transform.CanonicalizeBindings(),
+            relax.transform.FoldConstant(),
             relax.transform.FuseTransposeMatmul(),
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
