@@ -280,6 +280,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": "python -m bench.peers " + " ".join(sys.argv[1:] if argv is None else argv),
         "machine": {
             "cpu": host_cpu().name,
+            "mcpu": host_cpu().mcpu,
+            "isa": list(host_cpu().isa),
             "cores": os.cpu_count(),
             "usable_cores": host_cpu().cores,
             "platform": platform.platform(),
