@@ -190,3 +190,23 @@ def test_kernel_tuner_simulation_mode_over_a_small_cache(small):
         assert kt.run("bayes_opt", 1, 24) == kt.run("bayes_opt", 1, 24)
     finally:
         kt.close()
+
+
+def test_tpe_measures_its_budget_in_a_sparse_sample(small):
+    """In a replay sample of 48 configs out of half a million, nearly every point TPE
+    asks for is unlisted: it lands on the nearest listed config and measures its whole
+    budget (it measured a handful and stopped when each unlisted point was told 0)."""
+    keys = autosched_run(small, "tpe", 3, 24)
+    assert len(keys) == 24
+    assert set(keys) <= {c.key for c in small.configs}
+
+
+def test_a_views_nearest_skips_what_is_excluded(small):
+    runner = ReplayRunner([small])
+    (slot,) = runner.slots()
+    view = runner.space(small.workload, target="opencl", slot=slot)
+    first, *rest = list(small.configs)
+    rng = np.random.default_rng(0)
+    assert view.nearest(first, rng) == first
+    assert view.nearest(first, rng, exclude=[first.key]) in rest
+    assert view.nearest(first, rng, exclude=[c.key for c in small.configs]) is None

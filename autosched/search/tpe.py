@@ -38,6 +38,8 @@ class TPESearch:
             k.name: optuna.distributions.CategoricalDistribution(list(range(len(k.choices))))
             for k in space.knobs
         }
+        self.rng = rng
+        self._nearest = getattr(space, "nearest", None)  # a restricted view (replay)
         self._pending: dict[str, object] = {}
         self._known: dict[str, float] = {}  # config key -> best score measured
         self.seen: set[str] = set()
@@ -58,6 +60,12 @@ class TPESearch:
                 break
             trial = self.study.ask(self._dists)
             config = self._config(trial.params)
+            if not self.space.is_valid(config) and self._nearest is not None:
+                # A replay's sample lists a few configs of millions: nearly every asked
+                # point is unlisted, and telling each 0 left TPE nothing to measure. The
+                # point is answered by the nearest listed config not measured yet (as the
+                # Optuna peer's replay does), told to optuna under the asked params.
+                config = self._nearest(config, self.rng, exclude=self.seen) or config
             if not self.space.is_valid(config):
                 self.study.tell(trial, 0.0)
                 continue

@@ -4,7 +4,8 @@ A replay answers measurements from recorded ones, so its strategies may only pro
 configs that were recorded. :func:`restrict` turns any :class:`~autosched.space.space.Space`
 into such a view: the same class, knobs, features and code generation, but ``check``
 accepts only the listed configs, ``sample`` draws from them, and ``mutate`` and
-``crossover`` step to the nearest listed config. A strategy runs on the view unchanged.
+``crossover`` step to the nearest listed config. A strategy runs on the view unchanged;
+one that sets every knob itself (TPE) asks the view's ``nearest`` where to land.
 
 A sample of a large space is sparse: two listed configs seldom differ in one knob
 only. So a mutation changes one knob to another value that some listed config has and
@@ -94,6 +95,19 @@ class RestrictedSpace:
         configs = self._listed.configs
         picks = rng.choice(len(configs), size=min(n, len(configs)), replace=False)
         return [configs[int(i)] for i in picks]
+
+    def nearest(
+        self, config: Config, rng: np.random.Generator, *, exclude: Iterable[str] = ()
+    ) -> Config | None:
+        """The listed config with the fewest knobs unlike ``config``, among those whose
+        key is not in ``exclude`` (None when every one is): where a strategy that picks
+        knob values freely (TPE) lands in a sparse sample."""
+        listed = self._listed
+        skip = set(exclude)
+        mask = np.array([c.key not in skip for c in listed.configs])
+        if not mask.any():
+            return None
+        return listed.nearest(listed.encode(config), rng, mask=mask)
 
     def mutate(
         self, config: Config, rng: np.random.Generator, *, max_tries: int = 50
