@@ -103,8 +103,8 @@ class RestrictedSpace:
         key is not in ``exclude`` (None when every one is): where a strategy that picks
         knob values freely (TPE) lands in a sparse sample."""
         listed = self._listed
-        skip = set(exclude)
-        mask = np.array([c.key not in skip for c in listed.configs])
+        mask = np.ones(len(listed.configs), dtype=bool)
+        mask[[listed.index[k] for k in exclude if k in listed.index]] = False
         if not mask.any():
             return None
         return listed.nearest(listed.encode(config), rng, mask=mask)
