@@ -43,6 +43,23 @@ class ResBlock(nn.Module):
         return self.fc(self.pool(y).mean((2, 3)))
 
 
+class ConvNet(nn.Module):
+    """A strided stem (3 -> 12 channels), a depthwise and a grouped conv with BN, relu6,
+    average pooling and a dense head: every kind of 2-D convolution a CNN has."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Conv2d(3, 12, 3, stride=2, padding=1)
+        self.dw = nn.Conv2d(12, 12, 3, padding=1, groups=12, bias=False)
+        self.bn = nn.BatchNorm2d(12)
+        self.grouped = nn.Conv2d(12, 8, 1, groups=4)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = nn.functional.relu6(self.bn(self.dw(torch.relu(self.stem(x)))))
+        return self.fc(self.grouped(y).mean((2, 3)))
+
+
 class BertLayer(nn.Module):
     """Attention (dense+bias, batched QK^T, softmax, batched AV) and an MLP with GELU."""
 
@@ -139,7 +156,9 @@ def test_resnet_block_tasks_have_weights_and_families(resnet, host):
     assert [t.family for t in dense] == ["contraction"]
     # Pooling windows and a mean over two axes: no family, the default schedule.
     assert {t.name: t.family for t in tasks}["max_pool2d"] is None
-    assert sum(t.weight for t in tasks) == 5
+    # Channels-last: the input is transposed once, though the residual reads it too.
+    assert {t.name: t.weight for t in tasks}["transpose"] == 1
+    assert sum(t.weight for t in tasks) == 6
 
 
 def test_bert_layer_tasks_share_keys_and_weights(bert, host):
@@ -278,6 +297,38 @@ def test_resnet_build_without_records_is_parallel_and_correct(resnet, host):
     np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
     pool = next(t for t in extract_tasks(mod, limits=host.limits) if t.name == "max_pool2d")
     assert default_latency_ms(pool, device=host, min_time_s=0.001) > 0
+
+
+def test_convolutions_run_channels_last_with_weights_transposed_at_build_time(host):
+    """Every conv2d task is NHWC with an HWIO weight, whatever the model's layout: the
+    output's innermost axis, where the spaces put the vector lanes, is the channels (not
+    the image width), and the weight reads contiguously along it. The weights' layout
+    change is folded into constants (no task transposes a weight), the model's output
+    is unchanged (relu6, a clip, follows the layout instead of being transposed around),
+    and the conv tasks' sampled configs build correctly."""
+    mod, x, module = _relax(ConvNet(), (1, 3, 18, 18))
+    tasks = extract_tasks(mod, limits=host.limits)
+    convs = _by_name(tasks, "fused_conv2d") + _by_name(tasks, "conv2d")
+    assert len(convs) == 3, [t.name for t in tasks]
+    shapes = sorted((_shapes(t)[0], _shapes(t)[1], _shapes(t)[-1]) for t in convs)
+    # stem: 1x3x18x18 (NCHW) -> data 1x18x18x3, weight 3x3x3x12, out 1x9x9x12
+    assert ((1, 18, 18, 3), (3, 3, 3, 12), (1, 9, 9, 12)) in shapes
+    # depthwise: weight HWIO with I = 12 / 12 groups; grouped 1x1: I = 12 / 4 groups
+    assert ((1, 9, 9, 12), (3, 3, 1, 12), (1, 9, 9, 12)) in shapes
+    assert ((1, 9, 9, 12), (1, 1, 3, 8), (1, 9, 9, 8)) in shapes
+    # Only the model's input is transposed at run time (3 channels): no weight is.
+    moves = [t for t in tasks if "transpose" in t.name and "conv" not in t.name]
+    assert [_shapes(t)[0] for t in moves] == [(1, 3, 18, 18)], [t.name for t in moves]
+    built = autosched.tvm.build(mod, "llvm", db=None, shipped=False)
+    (got,) = built(x)
+    eager = module(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
+    # The stem and the depthwise conv are contractions (a grouped conv with several
+    # channels per group has no space in either layout: its default schedule runs).
+    tuned = [t for t in convs if t.family == "contraction"]
+    assert len(tuned) == 2
+    for task in tuned:
+        _check_configs(task, host, n=2)
 
 
 def test_model_policy_minimum_fits_the_budget(bert, host):

@@ -45,8 +45,12 @@ class ModelTask:
 
 def fuse(mod: Any) -> Any:
     """The passes shared by extraction and build: inference decompositions (batch norm),
-    canonical bindings, constant folding of the weights' layout, FuseTransposeMatmul,
-    legalisation, pattern annotation, constant folding, FuseOps and FuseTIR.
+    canonical bindings, channels-last convolutions, constant folding of the weights'
+    layout, FuseTransposeMatmul, legalisation, pattern annotation, constant folding,
+    FuseOps and FuseTIR.
+
+    Every 2-D convolution runs channels-last (:mod:`autosched.tvm.layout`): data NHWC,
+    weight HWIO, whatever the model's own layout.
 
     The first FoldConstant transposes a linear layer's constant weight once, at build
     time (``permute_dims(W)`` becomes a constant ``W^T``), so its matmul reads ``[K, N]``
@@ -57,10 +61,12 @@ def fuse(mod: Any) -> Any:
     import tvm
     from tvm import relax
 
+    from autosched.tvm.layout import channels_last
+
+    mod = relax.transform.DecomposeOpsForInference()(mod)
+    mod = channels_last(relax.transform.CanonicalizeBindings()(mod))
     return tvm.transform.Sequential(
         [
-            relax.transform.DecomposeOpsForInference(),
-            relax.transform.CanonicalizeBindings(),
             relax.transform.FoldConstant(),
             relax.transform.FuseTransposeMatmul(),
             relax.transform.LegalizeOps(),
