@@ -1,12 +1,15 @@
 """Benchmark: autosched's tuned IREE configs against IREE's own, and numpy for scale.
 
     python -m bench.iree [--target iree-llvm-cpu,iree-vulkan] [--op matmul,conv2d]
-                         [--trials 64] [--db PATH]
+                         [--trials 64] [--rounds 5] [--db PATH]
 
 For each target and operator, ``autosched.tune`` runs the usual loop (space -> cost
-model -> measure -> records) until the database holds ``--trials`` measurements; its
-finalists are re-measured side by side with IREE's default config (pipeline ``auto``:
-no ``compilation_info``), and numpy is timed right after. The database persists
+model -> measure -> records) until the database holds ``--trials`` measurements. Then
+the tuned config, IREE's default config (pipeline ``auto``: no ``compilation_info``)
+and numpy are timed in ``--rounds`` interleaved rounds (the two modules through one
+measurement worker, numpy in this process with its BLAS's own threads and with one, the
+faster counting): the machine is shared and noisy, so only figures from one window are
+compared. The database persists
 (``--db``), so the benchmark can run in chunks (one target and operator per call)
 and each call resumes where the last stopped. Prints a table and merges its rows into
 bench/results/iree.json.
@@ -25,9 +28,16 @@ import platform
 import time
 from pathlib import Path
 
+import numpy as np
+
 import autosched
+from autosched.iree.build import build_iree
 from autosched.measure.device import select_device
-from autosched.report.vendor import time_vendor
+from autosched.measure.runner import TestData, TimingOptions
+from autosched.measure.worker import MeasureWorker
+from autosched.report.vendor import blas_name, vendor_callable
+from autosched.space.config import Config
+from autosched.space.select import make_space
 from autosched.tuning.tune import tune
 
 RESULTS = Path(__file__).resolve().parent / "results" / "iree.json"
@@ -37,14 +47,70 @@ WORKLOADS = {
 }
 
 
-def run_one(target: str, op: str, *, trials: int, db: str, batch: int) -> dict:
+TIMING = TimingOptions(warmup=2, min_repeats=10, max_repeats=200, min_time_s=0.3)
+
+
+def _stats(latencies: list[float]) -> dict[str, float]:
+    lat = np.asarray(latencies, dtype=float)
+    med = float(np.median(lat))
+    iqr = float(np.percentile(lat, 75) - np.percentile(lat, 25))
+    return {"ms": med * 1e3, "spread": iqr / med, "samples": int(lat.size)}
+
+
+def _numpy_latencies(fn, inputs, *, min_time_s: float = 0.3) -> list[float]:
+    fn(**inputs)
+    fn(**inputs)
+    times: list[float] = []
+    while len(times) < 10 or sum(times) < min_time_s:
+        t = time.perf_counter()
+        fn(**inputs)
+        times.append(time.perf_counter() - t)
+    return times
+
+
+def side_by_side(wl, dev, target: str, configs: dict[str, dict], *, rounds: int) -> dict:
+    """Interleaved rounds: each config's module through one worker, then numpy here
+    (its BLAS's own threads, then one thread; the faster median counts)."""
+    from threadpoolctl import threadpool_limits
+
+    space = make_space(wl, target=target, limits=dev.limits)
+    programs = {name: build_iree(space, Config(cfg)) for name, cfg in configs.items()}
+    inputs = wl.make_inputs(np.random.default_rng(0))
+    data = TestData(wl.key, inputs, wl.reference(inputs), *wl.tolerance())
+    fn, np_inputs = vendor_callable(wl)
+    lats: dict[str, list[float]] = {n: [] for n in [*programs, "numpy", "numpy_1t"]}
+    with MeasureWorker(dev, timeout_s=300) as worker:
+        for _ in range(rounds):
+            for name, program in programs.items():
+                out = worker.measure(program, data, TIMING)
+                if out.status != "ok":
+                    raise RuntimeError(f"{name}: {out.status}: {out.error}")
+                lats[name].extend(out.latencies)
+            lats["numpy"].extend(_numpy_latencies(fn, np_inputs))
+            with threadpool_limits(limits=1, user_api="blas"):
+                lats["numpy_1t"].extend(_numpy_latencies(fn, np_inputs))
+    stats = {name: _stats(v) for name, v in lats.items()}
+    single = stats.pop("numpy_1t")
+    stats["numpy"]["threads"] = "its default threads"
+    if single["ms"] < stats["numpy"]["ms"]:
+        stats["numpy"] = {**single, "threads": "1 thread"}
+    return stats
+
+
+def run_one(target: str, op: str, *, trials: int, db: str, batch: int, rounds: int) -> dict:
     wl = autosched.workload(op, **WORKLOADS[op])
     dev = select_device(None, target=target)
     start = time.perf_counter()
     result = tune(wl, trials=trials, batch=batch, db=db, device=dev, target=target, seed=0)
     wall = time.perf_counter() - start
-    vendor = time_vendor(wl)
     best, default = result.best, result.default
+    if best is None or default is None:
+        raise RuntimeError(f"{target} {op}: the tuning run left no measured best or default")
+    timed = side_by_side(
+        wl, dev, target, {"tuned": best.config, "default": default.config}, rounds=rounds
+    )
+    tuned, iree, numpy_ = timed["tuned"], timed["default"], timed["numpy"]
+    flops = wl.flops()
     row = {
         "target": target,
         "op": op,
@@ -54,20 +120,23 @@ def run_one(target: str, op: str, *, trials: int, db: str, batch: int) -> dict:
         "trials": result.trials,
         "new_trials": result.new_trials,
         "wall_s": wall,
-        "tuned_ms": best.latency_s * 1e3 if best else None,
-        "tuned_gflops": best.gflops if best else None,
-        "tuned_spread": best.spread if best else None,
-        "tuned_config": best.config if best else None,
-        "iree_default_ms": default.latency_s * 1e3 if default and default.latency_s else None,
-        "iree_default_gflops": default.gflops if default else None,
-        "numpy_ms": vendor.median_s * 1e3,
-        "numpy_gflops": vendor.gflops,
-        "numpy_blas": vendor.blas,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "timing": f"{rounds} interleaved rounds; median ms; spread = IQR / median",
+        "tuned_ms": tuned["ms"],
+        "tuned_gflops": flops / tuned["ms"] / 1e6,
+        "tuned_spread": tuned["spread"],
+        "tuned_config": best.config,
+        "tuned_in_search_ms": best.latency_s * 1e3,
+        "iree_default_ms": iree["ms"],
+        "iree_default_gflops": flops / iree["ms"] / 1e6,
+        "iree_default_spread": iree["spread"],
+        "numpy_ms": numpy_["ms"],
+        "numpy_gflops": flops / numpy_["ms"] / 1e6,
+        "numpy_spread": numpy_["spread"],
+        "numpy_blas": f"{blas_name()[0]}, {numpy_['threads']}",
+        "vs_iree_default": iree["ms"] / tuned["ms"],
+        "vs_numpy": numpy_["ms"] / tuned["ms"],
     }
-    row["vs_iree_default"] = (
-        default.latency_s / best.latency_s if best and default and default.latency_s else None
-    )
-    row["vs_numpy"] = vendor.median_s / best.latency_s if best else None
     return row
 
 
@@ -93,6 +162,7 @@ def main() -> None:
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--db", default="/tmp/autosched-bench-iree.db")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
@@ -100,7 +170,7 @@ def main() -> None:
     for target in args.target.split(","):
         for op in args.op.split(","):
             rows[(target, op)] = run_one(
-                target, op, trials=args.trials, db=args.db, batch=args.batch
+                target, op, trials=args.trials, db=args.db, batch=args.batch, rounds=args.rounds
             )
     cpu = {}
     try:
