@@ -39,6 +39,7 @@ from autosched.report.vendor import blas_name, vendor_callable
 from autosched.space.config import Config
 from autosched.space.select import make_space
 from autosched.tuning.tune import tune
+from bench.interleave import measure_round
 
 RESULTS = Path(__file__).resolve().parent / "results" / "iree.json"
 WORKLOADS = {
@@ -81,11 +82,7 @@ def side_by_side(wl, dev, target: str, configs: dict[str, dict], *, rounds: int)
     lats: dict[str, list[float]] = {n: [] for n in [*programs, "numpy", "numpy_1t"]}
     with MeasureWorker(dev, timeout_s=300) as worker:
         for _ in range(rounds):
-            for name, program in programs.items():
-                out = worker.measure(program, data, TIMING)
-                if out.status != "ok":
-                    raise RuntimeError(f"{name}: {out.status}: {out.error}")
-                lats[name].extend(out.latencies)
+            measure_round(worker, programs, data, TIMING, lats)
             lats["numpy"].extend(_numpy_latencies(fn, np_inputs))
             with threadpool_limits(limits=1, user_api="blas"):
                 lats["numpy_1t"].extend(_numpy_latencies(fn, np_inputs))

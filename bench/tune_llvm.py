@@ -33,6 +33,7 @@ from autosched.measure.runner import TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.space.config import Config
 from autosched.space.select import make_space
+from bench.interleave import measure_round
 
 TIMING = TimingOptions(warmup=2, min_repeats=20, max_repeats=400, min_time_s=0.3)
 
@@ -152,11 +153,7 @@ def side_by_side(
     lats: dict[str, list[float]] = {name: [] for name in [*programs, "numpy"]}
     with MeasureWorker(host_cpu(), timeout_s=120) as worker:
         for _ in range(rounds):
-            for name, program in programs.items():
-                out = worker.measure(program, data, TIMING)
-                if out.status != "ok":
-                    raise RuntimeError(f"{name}: {out.status}: {out.error}")
-                lats[name].extend(out.latencies)
+            measure_round(worker, programs, data, TIMING, lats)
             lats["numpy"].extend(numpy_latencies(a, b))
     return {name: gflops(wl.flops(), v) for name, v in lats.items()}
 
