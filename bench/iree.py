@@ -6,12 +6,12 @@
 For each target and operator, ``autosched.tune`` runs the usual loop (space -> cost
 model -> measure -> records) until the database holds ``--trials`` measurements. Then
 the tuned config, IREE's default config (pipeline ``auto``: no ``compilation_info``)
-and numpy are timed in ``--rounds`` interleaved rounds (the two modules through one
-measurement worker, numpy in this process with its BLAS's own threads and with one, the
-faster counting): the machine is shared and noisy, so only figures from one window are
-compared. The database persists
-(``--db``), so the benchmark can run in chunks (one target and operator per call)
-and each call resumes where the last stopped. Prints a table and merges its rows into
+and numpy are timed in ``--rounds`` interleaved rounds: the two modules through one
+measurement worker, numpy in a process of its own with its BLAS's own threads and with
+one, the faster counting each round, as the peers benchmark times it. The machine is
+shared and noisy, so only figures from one window are compared. The database persists
+(``--db``), so the benchmark can run in chunks (one target and operator per call) and
+each call resumes where the last stopped. Prints a table and merges its rows into
 bench/results/iree.json.
 
 Shapes: matmul 512^3; conv2d NHWC n=2, c=32, 28x28, k=64, 3x3, pad 1 (a batch of 2:
@@ -35,11 +35,12 @@ from autosched.iree.build import build_iree
 from autosched.measure.device import select_device
 from autosched.measure.runner import TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
-from autosched.report.vendor import blas_name, vendor_callable
+from autosched.report.vendor import blas_name
 from autosched.space.config import Config
 from autosched.space.select import make_space
 from autosched.tuning.tune import tune
 from bench.interleave import measure_round
+from bench.peers_retime import Vendor
 
 RESULTS = Path(__file__).resolve().parent / "results" / "iree.json"
 WORKLOADS = {
@@ -58,39 +59,40 @@ def _stats(latencies: list[float]) -> dict[str, float]:
     return {"ms": med * 1e3, "spread": iqr / med, "samples": int(lat.size)}
 
 
-def _numpy_latencies(fn, inputs, *, min_time_s: float = 0.3) -> list[float]:
-    fn(**inputs)
-    fn(**inputs)
-    times: list[float] = []
-    while len(times) < 10 or sum(times) < min_time_s:
-        t = time.perf_counter()
-        fn(**inputs)
-        times.append(time.perf_counter() - t)
-    return times
-
-
 def side_by_side(wl, dev, target: str, configs: dict[str, dict], *, rounds: int) -> dict:
-    """Interleaved rounds: each config's module through one worker, then numpy here
-    (its BLAS's own threads, then one thread; the faster median counts)."""
-    from threadpoolctl import threadpool_limits
-
+    """Interleaved rounds: each config's module through one worker, then numpy in a
+    process of its own (the peers benchmark's :class:`~bench.peers_retime.Vendor`: its
+    BLAS's own threads and one thread, the faster counting)."""
     space = make_space(wl, target=target, limits=dev.limits)
-    programs = {name: build_iree(space, Config(cfg)) for name, cfg in configs.items()}
+    # One module per distinct config: when the search's best is IREE's own config, both
+    # rows are the one module's figures, not two timings of it that differ by noise.
+    first = {}
+    for name, cfg in configs.items():
+        first.setdefault(Config(cfg).key, name)
+    programs = {name: build_iree(space, Config(configs[name])) for name in first.values()}
     inputs = wl.make_inputs(np.random.default_rng(0))
     data = TestData(wl.key, inputs, wl.reference(inputs), *wl.tolerance())
-    fn, np_inputs = vendor_callable(wl)
-    lats: dict[str, list[float]] = {n: [] for n in [*programs, "numpy", "numpy_1t"]}
-    with MeasureWorker(dev, timeout_s=300) as worker:
-        for _ in range(rounds):
-            measure_round(worker, programs, data, TIMING, lats)
-            lats["numpy"].extend(_numpy_latencies(fn, np_inputs))
-            with threadpool_limits(limits=1, user_api="blas"):
-                lats["numpy_1t"].extend(_numpy_latencies(fn, np_inputs))
+    lats: dict[str, list[float]] = {n: [] for n in [*programs, "numpy"]}
+    threads: set[str] = set()
+    vendor = Vendor(wl)
+    try:
+        with MeasureWorker(dev, timeout_s=300) as worker:
+            for _ in range(rounds):
+                measure_round(worker, programs, data, TIMING, lats)
+                lats["numpy"].extend(
+                    vendor.latencies(
+                        min_time_s=TIMING.min_time_s,
+                        min_repeats=TIMING.min_repeats,
+                        warmup=TIMING.warmup,
+                    )
+                )
+                threads.add(vendor.threads)
+    finally:
+        vendor.close()
     stats = {name: _stats(v) for name, v in lats.items()}
-    single = stats.pop("numpy_1t")
-    stats["numpy"]["threads"] = "its default threads"
-    if single["ms"] < stats["numpy"]["ms"]:
-        stats["numpy"] = {**single, "threads": "1 thread"}
+    stats["numpy"]["threads"] = " or ".join(sorted(threads))
+    for name, cfg in configs.items():
+        stats[name] = stats[first[Config(cfg).key]]
     return stats
 
 

@@ -12,9 +12,10 @@ Relax's ConvertLayout moves every op that has a layout rule (elementwise arithme
 relu, pooling, means, concatenation) along; the constant weights' transposes fold into
 new constants at build time (the FoldConstant that follows in
 :func:`autosched.tvm.tasks.fuse`), and the data's become two small transposes at the
-model's edges (one per value, however often it is used). An op without a rule keeps its layout between a transpose on each side:
-``clip`` (relu6, hardtanh, clamp) is one, so it is first rewritten as ``maximum`` and
-``minimum``, which have rules and fuse into the same kernel.
+model's edges (one per value, however often it is used). An op without a rule keeps
+its layout between a transpose on each side: ``clip`` (relu6, hardtanh, clamp) is one,
+so it is first rewritten as ``maximum`` and ``minimum``, which have rules and fuse into
+the same kernel.
 """
 
 from __future__ import annotations
