@@ -20,7 +20,7 @@ from autosched.space.select import make_space
 from autosched.tuning.model import model_job, model_policy, task_timings, tune_tasks
 from autosched.tuning.runner import LocalRunner
 from autosched.tuning.scheduler import Gradient, TaskProgress
-from autosched.tvm.tasks import default_latency_ms, extract_tasks
+from autosched.tvm.tasks import default_latency_ms, default_schedule, extract_tasks
 
 nn = torch.nn
 
@@ -375,3 +375,38 @@ def test_the_search_learns_only_from_records_of_its_space_kind(bert, host):
     assert {r.workload_key for r in kept} == {mine.workload.key, other.workload.key}
     search.observe(records)
     assert search.propose(4)  # the fit on the kin records works
+
+
+@pytest.mark.parametrize("lanes", [4, 8])
+def test_the_default_schedule_vectorises_a_pooling_window_across_channels(resnet, host, lanes):
+    # Channels-last max-pool: the window's reduction loops go outside the channel
+    # lanes, so the lanes are vectorised and the rest of the image is one parallel loop.
+    import dataclasses
+
+    import tvm
+    from tvm import tirx
+    from tvm.s_tir import Schedule
+
+    mod, _, _ = resnet
+    limits = dataclasses.replace(host.limits, vector_lanes=lanes)
+    pool = next(t for t in extract_tasks(mod, limits=limits) if t.name == "max_pool2d")
+    wl = pool.workload
+    sch = Schedule(wl.prim_func())
+    default_schedule(sch, limits=limits)
+    (block,) = sch.get_child_blocks(sch.get_sblock("root"))  # the window's max
+    loops = [sch.get(lv) for lv in sch.get_loops(block)]
+    kinds = [lp.kind for lp in loops]
+    assert kinds[0] == tirx.ForKind.PARALLEL and kinds[-1] == tirx.ForKind.VECTORIZED
+    assert int(loops[-1].extent) == lanes
+    assert kinds.count(tirx.ForKind.SERIAL) == 2  # the window, outside the lanes
+    lib = tvm.compile(sch.mod, target="llvm")
+    inputs = wl.make_inputs(np.random.default_rng(2))
+    args = {
+        s.name: tvm.runtime.tensor(
+            inputs[s.name] if s.role == "input" else np.full(s.shape, np.nan, s.dtype)
+        )
+        for s in wl.tensor_specs()
+    }
+    lib["main"](*args.values())
+    for name, want in wl.reference(inputs).items():
+        np.testing.assert_array_equal(args[name].numpy(), want)

@@ -149,10 +149,14 @@ def extract_tasks(
 
 
 def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
-    """The schedule of a function no family covers, for llvm: in each block at the top
-    level, the leading spatial loops are fused into one parallel loop, and an innermost
-    spatial loop of a block that does not reduce is split into vectors of the device's
-    native width. A step TVM refuses is skipped (the block keeps TVM's plain loops)."""
+    """The schedule of a function no family covers, for llvm, block by block at the top
+    level: the leading spatial loops are fused into one parallel loop, and the innermost
+    spatial loop is vectorised at the device's native width where its extent allows.
+
+    In a reduction block (a pooling window, a mean over the image) the reduction loops
+    are moved outside that innermost spatial loop first, so its lanes accumulate side by
+    side (channels, in a channels-last pool) instead of the block running scalar. A step
+    TVM refuses is skipped (the block keeps TVM's plain loops)."""
     lanes = max(1, limits.vector_lanes)
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(rv)
@@ -163,14 +167,16 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
         lead = 0
         while lead < len(kinds) and kinds[lead] == 0:
             lead += 1
-        vector = lead == len(kinds) and lanes > 1 and len(loops) > 1
+        trailing = kinds[lead:]
         try:
-            if vector:
-                extent = int(sch.get(loops[-1]).extent)
+            if lanes > 1 and lead >= 1 and len(loops) > 1 and all(k == 2 for k in trailing):
+                extent = int(sch.get(loops[lead - 1]).extent)
                 if extent >= lanes and extent % lanes == 0:
-                    _, inner = sch.split(loops[-1], [None, lanes])
+                    _, inner = sch.split(loops[lead - 1], [None, lanes])
+                    if trailing:  # the window's loops go outside the lanes
+                        sch.reorder(*loops[lead:], inner)
                     sch.vectorize(inner)
-                    lead -= 1
+                    loops = sch.get_loops(rv)  # the lanes' outer part is the last of lead
             if lead >= 1:
                 outer = sch.fuse(*loops[:lead]) if lead > 1 else loops[0]
                 sch.parallel(outer)
