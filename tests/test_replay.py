@@ -6,6 +6,7 @@ cut to a few dozen configs so that every search here takes a second or two.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from pathlib import Path
@@ -35,6 +36,7 @@ from bench.replay_metrics import (  # noqa: E402
 from bench.replay_strategies import KernelTunerReplay, autosched_run  # noqa: E402
 
 ZEN4 = ROOT / "bench" / "replay" / "matmul-512-opencl-zen4.jsonl.gz"
+AWKWARD_ZEN4 = ROOT / "bench" / "replay" / "matmul-127x1000x333-opencl-zen4.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
@@ -140,6 +142,36 @@ def test_a_seeded_replay_is_deterministic(small):
         [small.records[k].gflops or 0.0 for k in again], small.best_gflops, 24
     )
     assert np.array_equal(curve, again_curve)
+
+
+def test_tasks_of_one_operator_on_one_device_learn_from_each_others_batches(records):
+    # Two matmul shapes on one Zen 4 (the square sample relabelled to the awkward
+    # sample's fingerprint), tuned side by side in one job from an empty database:
+    # each search sees the other's measurements as they come back, as a resumed run
+    # would see them in the database.
+    awkward = read_records(AWKWARD_ZEN4)[:48]
+    first = awkward[0]
+    square = [
+        dataclasses.replace(
+            r, device_key=first.device_key, device_family=first.device_family, device=first.device
+        )
+        for r in records[:48]
+    ]
+    caches = caches_from_records(square + awkward)
+    assert len(caches) == 2 and caches[0].slot == caches[1].slot
+    job = Job(
+        name="kin",
+        tasks=tuple(Task(f"t{i}", c.workload, "opencl", 16) for i, c in enumerate(caches)),
+        strategy="model",
+        seed=2,
+        batch=8,
+    )
+    result = run_job(job, ReplayRunner(caches), SQLiteDatabase(":memory:"), finalists=0)
+    a, b = result.pairs
+    for pair, other in ((a, b), (b, a)):
+        key = other.task.workload.key
+        assert len(other.measured) == 16
+        assert {r.config_key for r in pair.search.own if r.workload_key == key} == other.measured
 
 
 def test_transfer_history_reaches_the_strategy(records, small):

@@ -18,6 +18,7 @@ from autosched.cost_model.ensemble import BootstrapEnsemble
 from autosched.ops import workload, workload_from_json
 from autosched.records.record import Record
 from autosched.search import make_strategy
+from autosched.search.base import score
 from autosched.search.evolutionary import EvolutionarySearch, diverse
 from autosched.search.sources import Blend, kendall
 from autosched.space.config import Config
@@ -233,3 +234,30 @@ def test_staging_is_penalised_only_where_local_memory_is_emulated():
     assert gaps["global"] > 0.5 and abs(gaps["local"]) < 0.5
     # A CPU fingerprint recorded before the type was kept counts as emulated.
     assert device_limits(base, "opencl").local_mem_emulated
+
+
+def test_the_best_configs_of_kin_workloads_on_this_device_are_parents(records, limits):
+    # Other shapes of the operator measured on this device: their best configs, where
+    # valid for this shape, seed the population as this shape's own best would.
+    target = _one_shape(records)
+    kin = [
+        dataclasses.replace(r, device_family="mine")
+        for r in records
+        if r.workload_key != target[0].workload_key
+    ]
+    space = _space_for(limits)(target[0].workload)
+    search = EvolutionarySearch(
+        space, rng=np.random.default_rng(0), space_for=_space_for(limits), family="mine"
+    )
+    assert search._parents() == []
+    search.observe(kin)
+    chosen = search._parents()
+    assert all(space.is_valid(c) for c in chosen)
+    parents = {c.key for c in chosen}
+    valid = 0
+    for key in {r.workload_key for r in kin}:
+        best = Config(max((r for r in kin if r.workload_key == key and r.ok), key=score).config)
+        if space.is_valid(best):
+            valid += 1
+            assert best.key in parents
+    assert valid >= 1  # the check above ran

@@ -4,10 +4,12 @@ Each batch: refit the blend of sources (:mod:`autosched.search.sources`: the dev
 prior, transfer models of other device families, and an ensemble fitted on this device
 family's records, every source weighed by how well it ranks this workload's own
 measurements); grow a population from random valid configs, mutations of the best
-measured ones and the best configs other devices found; evolve it for a few
-generations by mutation and crossover, ranking by the blend; then propose the blend's
-top picks, each differing from the others of its batch in at least two knobs, with an
-``epsilon`` share of random configs so the model keeps seeing where it is wrong.
+measured ones, the best configs of kin workloads on this device (other shapes of the
+operator, the same convolution with another epilogue) and the best configs other
+devices found; evolve it for a few generations by mutation and crossover, ranking by
+the blend; then propose the blend's top picks, each differing from the others of its
+batch in at least two knobs, with an ``epsilon`` share of random configs so the model
+keeps seeing where it is wrong.
 """
 
 from __future__ import annotations
@@ -123,6 +125,15 @@ class EvolutionarySearch:
             (r for r in self.own if r.workload_key == key and r.ok), key=score, reverse=True
         )
         parents = [Config(r.config) for r in mine[: self.elites]]
+        # What this device measured best for kin workloads (another shape of the
+        # operator, the same convolution with another epilogue), where valid here.
+        kin: dict[str, list[Record]] = defaultdict(list)
+        for r in self._kin([r for r in self.own if r.workload_key != key], self.space_for):
+            if r.ok:
+                kin[r.workload_key].append(r)
+        for recs in kin.values():
+            recs.sort(key=score, reverse=True)
+            parents += [Config(r.config) for r in recs[: max(1, self.elites // 8)]]
         # What other devices found best for this workload, where valid here.
         for recs in self.others.values():
             theirs = sorted((r for r in recs if r.workload_key == key and r.ok), key=score)

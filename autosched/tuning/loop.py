@@ -271,6 +271,8 @@ def _run_job(
                     for c in configs
                 ]
             batch = _store(db, pair, configs, result)
+            for other in _kin_pairs(pairs, pair):
+                other.search.observe(batch)  # live transfer, as a resumed run sees them
             if progress:
                 devices = sum(s.count for s in slots.values())
                 elapsed = time.time() - start
@@ -311,6 +313,23 @@ def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str
         if pair.slot.device_key not in slots and _left(pair) > 0 and not pair.exhausted:
             waiting.add(f"{pair.slot.target} device {pair.slot.name} ({pair.slot.device_key})")
     return waiting
+
+
+def _kin_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
+    """The other pairs that learn from ``pair``'s measurements as they come back: the
+    same operator on the same device and target (a model's fused functions are all op
+    ``fused``). A resumed run's pairs see such records from the database when they
+    open; without this, tasks tuned side by side (a conv with and without a residual
+    add) would each start from nothing, and one given few trials would stay far behind
+    its twin."""
+    return [
+        other
+        for other in pairs
+        if other is not pair
+        and other.slot.device_key == pair.slot.device_key
+        and other.task.target == pair.task.target
+        and other.task.workload.op == pair.task.workload.op
+    ]
 
 
 def _left(pair: Pair) -> int:
