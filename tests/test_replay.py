@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from autosched.errors import InvalidInputError
+from autosched.ops import workload_from_json
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.config import Config
 from autosched.space.device import device_limits
@@ -144,34 +145,54 @@ def test_a_seeded_replay_is_deterministic(small):
     assert np.array_equal(curve, again_curve)
 
 
-def test_tasks_of_one_operator_on_one_device_learn_from_each_others_batches(records):
-    # Two matmul shapes on one Zen 4 (the square sample relabelled to the awkward
-    # sample's fingerprint), tuned side by side in one job from an empty database:
-    # each search sees the other's measurements as they come back, as a resumed run
-    # would see them in the database.
-    awkward = read_records(AWKWARD_ZEN4)[:48]
-    first = awkward[0]
-    square = [
-        dataclasses.replace(
-            r, device_key=first.device_key, device_family=first.device_family, device=first.device
-        )
-        for r in records[:48]
-    ]
-    caches = caches_from_records(square + awkward)
-    assert len(caches) == 2 and caches[0].slot == caches[1].slot
+def _as(records, *, epilogue=None, like=None):
+    """``records`` relabelled: the matmul under another epilogue (its ``fuse`` knob
+    set), or measured on ``like``'s device."""
+    out = []
+    for r in records:
+        changes = {}
+        if epilogue:
+            wl = dict(r.workload, params=dict(r.workload["params"], epilogue=epilogue))
+            config = Config({**r.config, "fuse": True})
+            changes.update(
+                workload=wl,
+                workload_key=workload_from_json(wl).key,
+                config=config.to_json(),
+                config_key=config.key,
+            )
+        if like is not None:
+            changes.update(
+                device_key=like.device_key, device_family=like.device_family, device=like.device
+            )
+        out.append(dataclasses.replace(r, **changes))
+    return out
+
+
+def test_twin_tasks_on_one_device_learn_from_each_others_batches(records):
+    # One Zen 4 sample as the same matmul under two epilogues (twins: the same knobs),
+    # plus another shape on that device, tuned side by side from an empty database:
+    # each twin sees the other's measurements as they come back, as a resumed run
+    # would see them in the database; the other shape's stay its own.
+    square = records[:48]
+    other = _as(read_records(AWKWARD_ZEN4)[:48], like=square[0])
+    caches = caches_from_records(
+        _as(square, epilogue="bias") + _as(square, epilogue="bias_relu") + other
+    )
+    assert len({c.slot for c in caches}) == 1
     job = Job(
-        name="kin",
+        name="twins",
         tasks=tuple(Task(f"t{i}", c.workload, "opencl", 16) for i, c in enumerate(caches)),
         strategy="model",
         seed=2,
         batch=8,
     )
     result = run_job(job, ReplayRunner(caches), SQLiteDatabase(":memory:"), finalists=0)
-    a, b = result.pairs
-    for pair, other in ((a, b), (b, a)):
-        key = other.task.workload.key
-        assert len(other.measured) == 16
-        assert {r.config_key for r in pair.search.own if r.workload_key == key} == other.measured
+    bias, bias_relu, awkward = result.pairs
+    for pair, twin in ((bias, bias_relu), (bias_relu, bias)):
+        assert len(twin.measured) == 16
+        seen = {r.config_key for r in pair.search.own if r.workload_key != pair.task.workload.key}
+        assert seen == twin.measured
+    assert {r.workload_key for r in awkward.search.own} == {awkward.task.workload.key}
 
 
 def test_transfer_history_reaches_the_strategy(records, small):

@@ -4,9 +4,9 @@ Each batch: refit the blend of sources (:mod:`autosched.search.sources`: the dev
 prior, transfer models of other device families, and an ensemble fitted on this device
 family's records, every source weighed by how well it ranks this workload's own
 measurements); grow a population from random valid configs, mutations of the best
-measured ones, the best configs of kin workloads on this device (other shapes of the
-operator, the same convolution with another epilogue) and the best configs other
-devices found; evolve it for a few generations by mutation and crossover, ranking by
+measured ones, the best configs of twin workloads on this device (the same loop nest
+under another epilogue: a convolution with and without a residual add) and the best
+configs other devices found; evolve it for a few generations by mutation and crossover, ranking by
 the blend; then propose the blend's top picks, each differing from the others of its
 batch in at least two knobs, with an ``epsilon`` share of random configs so the model
 keeps seeing where it is wrong.
@@ -75,6 +75,7 @@ class EvolutionarySearch:
         self.others: dict[str, list[Record]] = defaultdict(list)
         self.seen: set[str] = set()
         self._kind: dict[str, bool] = {}  # workload key -> its space is of this kind
+        self._twin: dict[str, bool] = {}  # workload key -> its space has these knobs
         self._dirty = True
 
     def observe(self, records: Sequence[Record]) -> None:
@@ -105,6 +106,15 @@ class EvolutionarySearch:
                 out.append(r)
         return out
 
+    def _is_twin(self, record: Record) -> bool:
+        if record.workload_key not in self._twin:
+            try:
+                twin = self.space.is_twin(self.space_for(record.workload))
+            except AutoschedError:  # a workload this version cannot rebuild
+                twin = False
+            self._twin[record.workload_key] = twin
+        return self._twin[record.workload_key]
+
     def _fit(self) -> None:
         if not self._dirty:
             return
@@ -125,15 +135,15 @@ class EvolutionarySearch:
             (r for r in self.own if r.workload_key == key and r.ok), key=score, reverse=True
         )
         parents = [Config(r.config) for r in mine[: self.elites]]
-        # What this device measured best for kin workloads (another shape of the
-        # operator, the same convolution with another epilogue), where valid here.
-        kin: dict[str, list[Record]] = defaultdict(list)
-        for r in self._kin([r for r in self.own if r.workload_key != key], self.space_for):
-            if r.ok:
-                kin[r.workload_key].append(r)
-        for recs in kin.values():
+        # What this device measured best for twin workloads (the same loop nest under
+        # another epilogue): their configs are this one's.
+        twins: dict[str, list[Record]] = defaultdict(list)
+        for r in self.own:
+            if r.workload_key != key and r.ok and self._is_twin(r):
+                twins[r.workload_key].append(r)
+        for recs in twins.values():
             recs.sort(key=score, reverse=True)
-            parents += [Config(r.config) for r in recs[: max(1, self.elites // 8)]]
+            parents += [Config(r.config) for r in recs[: max(1, self.elites // 4)]]
         # What other devices found best for this workload, where valid here.
         for recs in self.others.values():
             theirs = sorted((r for r in recs if r.workload_key == key and r.ok), key=score)

@@ -169,6 +169,12 @@ class Space:
         return other
 
     # -- queries --------------------------------------------------------------------
+    def is_twin(self, other: Space) -> bool:
+        """Whether ``other`` is of this family with exactly these knobs and choices: the
+        same loop nest under another epilogue (a convolution with and without a residual
+        add), whose configs are each other's and tend to rank alike."""
+        return type(other) is type(self) and other.knobs == self.knobs
+
     def knob(self, name: str) -> Knob:
         return self._by_name[name]
 

@@ -271,8 +271,8 @@ def _run_job(
                     for c in configs
                 ]
             batch = _store(db, pair, configs, result)
-            for other in _kin_pairs(pairs, pair):
-                other.search.observe(batch)  # live transfer, as a resumed run sees them
+            for other in _twin_pairs(pairs, pair):
+                other.search.observe(batch)
             if progress:
                 devices = sum(s.count for s in slots.values())
                 elapsed = time.time() - start
@@ -315,20 +315,19 @@ def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str
     return waiting
 
 
-def _kin_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
+def _twin_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
     """The other pairs that learn from ``pair``'s measurements as they come back: the
-    same operator on the same device and target (a model's fused functions are all op
-    ``fused``). A resumed run's pairs see such records from the database when they
-    open; without this, tasks tuned side by side (a conv with and without a residual
-    add) would each start from nothing, and one given few trials would stay far behind
-    its twin."""
+    same loop nest under another epilogue (:meth:`Space.is_twin`) on the same device
+    and target. Without this, twins tuned side by side (a convolution with and without
+    a residual add) would each start from nothing, and one given few trials would stay
+    far behind its twin; a resumed run sees such records in the database anyway."""
     return [
         other
         for other in pairs
         if other is not pair
         and other.slot.device_key == pair.slot.device_key
         and other.task.target == pair.task.target
-        and other.task.workload.op == pair.task.workload.op
+        and other.space.is_twin(pair.space)
     ]
 
 
