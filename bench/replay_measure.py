@@ -55,10 +55,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunk-s", type=float, default=480.0, help="seconds of measuring")
     parser.add_argument("--tag", default="zen3", help="file name suffix (the CPU family)")
     parser.add_argument(
+        "--configs", type=int, default=None, help="configs wanted (default: the workload's)"
+    )
+    parser.add_argument(
         "--rate", type=float, default=0.8, help="trials/s before a chunk has measured it"
     )
     args = parser.parse_args(argv)
     op, shape, wanted = WORKLOADS[args.name]
+    wanted = args.configs or wanted
     work = CACHES / "work"
     work.mkdir(parents=True, exist_ok=True)
     db = work / f"{args.name}-opencl-{args.tag}.db"
