@@ -3,6 +3,7 @@ runtime in the same killable worker; no OpenCL anywhere on this path."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -17,7 +18,7 @@ import pytest
 import autosched
 from autosched.errors import InvalidInputError
 from autosched.measure.build import build
-from autosched.measure.cpu import HostCPU, host_cpu
+from autosched.measure.cpu import HostCPU, cpu_model_id, host_cpu
 from autosched.measure.device import select_device
 from autosched.measure.program import CpuProgram
 from autosched.measure.runner import TimingOptions
@@ -64,6 +65,26 @@ def test_the_host_cpu_is_the_llvm_device_and_its_fingerprint_names_the_compilers
         cpu.fingerprint("opencl")
     with pytest.raises(InvalidInputError, match="does not serve target 'opencl'"):
         select_device(cpu, target="opencl")
+
+
+def test_two_cpus_of_one_model_name_are_different_devices(cpu, monkeypatch):
+    # A cloud VM calls a Zen 4 and a Zen 5 "AMD EPYC" alike: the CPU's family and
+    # model numbers tell them apart, for the llvm device and for an OpenCL CPU device.
+    assert cpu.model_id == cpu_model_id() == cpu.fingerprint()["model_id"] != ""
+    other = dataclasses.replace(cpu, model_id=cpu.model_id + "0")
+    assert other.key() != cpu.key() and other.family() != cpu.family()
+    pocl = select_device(None)
+    assert pocl.type == "cpu" and pocl.fingerprint()["host_cpu"] == cpu.model_id
+    key, family = pocl.key(), pocl.family()
+    monkeypatch.setattr("autosched.measure.device.cpu_model_id", lambda: cpu.model_id + "0")
+    assert pocl.key() != key and pocl.family() != family
+    # What /proc/cpuinfo says on x86 and on Arm.
+    x86 = {"vendor_id": "AuthenticAMD", "cpu family": "26", "model": "2", "model name": "AMD EPYC"}
+    arm = {"CPU implementer": "0x41", "CPU part": "0xd4f", "CPU variant": "0x0"}
+    monkeypatch.setattr("autosched.measure.cpu._cpuinfo", lambda: x86)
+    assert cpu_model_id.__wrapped__() == "AuthenticAMD family 26 model 2"
+    monkeypatch.setattr("autosched.measure.cpu._cpuinfo", lambda: arm)
+    assert cpu_model_id.__wrapped__() == "implementer 0x41 part 0xd4f variant 0x0"
 
 
 def test_llvm_space_has_cpu_knobs_and_describes_every_config(cpu):

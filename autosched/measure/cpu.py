@@ -59,6 +59,8 @@ class HostCPU:
         isa: vector instruction-set extensions present (a fixed list of relevant ones).
         cache_bytes: ``(level, bytes)`` of the data and unified caches of one core.
         llvm_version: major version of the LLVM inside TVM.
+        model_id: the CPU's exact model (:func:`cpu_model_id`): cloud VMs report a bare
+            ``AMD EPYC`` for a Zen 4 and a Zen 5 alike.
     """
 
     name: str
@@ -68,6 +70,7 @@ class HostCPU:
     isa: tuple[str, ...]
     cache_bytes: tuple[tuple[int, int], ...]
     llvm_version: str
+    model_id: str = ""
 
     index: int = 0
     type: str = "cpu"
@@ -97,6 +100,7 @@ class HostCPU:
             "platform": self.platform,
             "name": self.name,
             "vendor": self.vendor,
+            "model_id": self.model_id,
             "type": self.type,
             "mcpu": self.mcpu,
             "compute_units": self.cores,
@@ -129,7 +133,7 @@ class HostCPU:
     def family(self, target: str = "llvm") -> str:
         """Same hardware whatever the compiler versions (as ``Device.family``)."""
         _check_target(target)
-        text = canonical_json([target, self.platform, self.name, self.cores])
+        text = canonical_json([target, self.platform, self.name, self.model_id, self.cores])
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
@@ -155,7 +159,28 @@ def host_cpu() -> HostCPU:
         isa=tuple(f for f in _ISA_FLAGS if f in flags),
         cache_bytes=_caches(),
         llvm_version=str(codegen.llvm_version_major()),
+        model_id=cpu_model_id(),
     )
+
+
+@lru_cache(maxsize=1)
+def cpu_model_id() -> str:
+    """This machine's exact CPU model, for device fingerprints and families: vendor,
+    family and model numbers on x86 (``AuthenticAMD family 26 model 2``), implementer,
+    part and variant on Arm; the OS's processor name elsewhere. Two CPUs whose model
+    names read alike (a cloud VM's bare ``AMD EPYC``) are different devices when these
+    differ: a Zen 5 runs the same PoCL kernel twice as fast as a Zen 4."""
+    info = _cpuinfo()
+    fields = [
+        ("vendor_id", ""),
+        ("cpu family", "family"),
+        ("model", "model"),
+        ("CPU implementer", "implementer"),
+        ("CPU part", "part"),
+        ("CPU variant", "variant"),
+    ]
+    parts = [f"{label} {info[key]}".strip() for key, label in fields if info.get(key)]
+    return " ".join(parts) or _platform_cpu()
 
 
 def select_host(selector: str | int | None) -> HostCPU:

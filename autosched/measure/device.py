@@ -15,7 +15,7 @@ from functools import lru_cache
 from autosched._version import __version__, tvm_version
 from autosched.errors import DeviceError, InvalidInputError
 from autosched.iree import IREE_TARGETS
-from autosched.measure.cpu import HostCPU, select_host
+from autosched.measure.cpu import HostCPU, cpu_model_id, select_host
 from autosched.records.record import canonical_json
 from autosched.space.device import device_limits
 from autosched.space.space import ALL_TARGETS, DeviceLimits
@@ -64,6 +64,8 @@ class Device:
         fp["tvm_version"] = tvm_version()
         m = re.search(r"PoCL (\S+)", self.platform_version)
         fp["pocl_version"] = m.group(1) if m else ""
+        if self.type == "cpu":  # a CPU device runs on this host's CPU, whose name it may hide
+            fp["host_cpu"] = cpu_model_id()
         return fp
 
     def key(self, target: str = "opencl") -> str:
@@ -72,7 +74,8 @@ class Device:
 
     def family(self, target: str = "opencl") -> str:
         """Same hardware whatever the driver and library versions."""
-        text = canonical_json([target, self.platform, self.name, self.compute_units])
+        host = cpu_model_id() if self.type == "cpu" else ""
+        text = canonical_json([target, self.platform, self.name, host, self.compute_units])
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 

@@ -44,6 +44,8 @@ class IreeDevice:
         isa: the host CPU's vector extensions.
         vulkan_target: ``--iree-vulkan-target`` for this device (empty for the CPU).
         iree_version: the ``iree-base-compiler`` release.
+        cpu_name: the host CPU's model name (empty for a GPU).
+        cpu_model: the host CPU's exact model (``cpu_model_id``; empty for a GPU).
         index: the Vulkan device's position (0 for the CPU).
     """
 
@@ -61,6 +63,7 @@ class IreeDevice:
     vulkan_target: str
     iree_version: str
     cpu_name: str = ""
+    cpu_model: str = ""
     index: int = 0
     platform: str = "iree"
 
@@ -92,6 +95,7 @@ class IreeDevice:
             "subgroup_size": self.subgroup_size,
             "vulkan_target": self.vulkan_target,
             "cpu": self.cpu_name,
+            "cpu_model": self.cpu_model,
             "isa": list(self.isa),
             "iree_version": self.iree_version,
             "autosched_version": __version__,
@@ -103,7 +107,7 @@ class IreeDevice:
     def family(self, target: str | None = None) -> str:
         """Same hardware whatever the IREE and driver versions."""
         self._check(target)
-        text = canonical_json([self.target, self.platform, self.name, self.cores])
+        text = canonical_json([self.target, self.platform, self.name, self.cpu_model, self.cores])
         return hashlib.sha1(text.encode()).hexdigest()[:16]
 
     def _check(self, target: str | None) -> None:
@@ -150,6 +154,7 @@ def _cpu_device() -> IreeDevice:
         vulkan_target="",
         iree_version=iree_version(),
         cpu_name=cpu.name,
+        cpu_model=cpu.model_id,
     )
 
 
@@ -221,6 +226,7 @@ def vulkan_devices() -> tuple[IreeDevice, ...]:
                 vulkan_target=_vulkan_target(info),
                 iree_version=version,
                 cpu_name=cpu.name if is_cpu else "",
+                cpu_model=cpu.model_id if is_cpu else "",
                 index=i,
             )
         )
