@@ -70,13 +70,24 @@ class Device:
 
     def key(self, target: str = "opencl") -> str:
         """Exact identity: hash of the full fingerprint."""
-        return hashlib.sha1(canonical_json(self.fingerprint(target)).encode()).hexdigest()[:16]
+        return opencl_key(self.fingerprint(target))
 
     def family(self, target: str = "opencl") -> str:
         """Same hardware whatever the driver and library versions."""
-        host = cpu_model_id() if self.type == "cpu" else ""
-        text = canonical_json([target, self.platform, self.name, host, self.compute_units])
-        return hashlib.sha1(text.encode()).hexdigest()[:16]
+        return opencl_family(self.fingerprint(target))
+
+
+def opencl_key(fingerprint: dict) -> str:
+    """The device key of an OpenCL device's fingerprint (a record's ``device``)."""
+    return hashlib.sha1(canonical_json(fingerprint).encode()).hexdigest()[:16]
+
+
+def opencl_family(fingerprint: dict) -> str:
+    """The device family of an OpenCL device's fingerprint: its target, platform,
+    name, compute units and, for a CPU device, the CPU's exact model."""
+    fp = fingerprint
+    parts = [fp["target"], fp["platform"], fp["name"], fp.get("host_cpu", ""), fp["compute_units"]]
+    return hashlib.sha1(canonical_json(parts).encode()).hexdigest()[:16]
 
 
 _TYPES = {2: "cpu", 4: "gpu", 8: "accelerator"}
