@@ -274,3 +274,7 @@ def test_the_best_configs_of_a_twin_workload_on_this_device_are_parents(records,
     ranked = sorted((r for r in twin if r.ok), key=score, reverse=True)
     assert parents and {c.key for c in parents} <= {r.config_key for r in ranked}
     assert ranked[0].config_key in {c.key for c in parents}
+    # The twin's best configs are measured here as they are, first, once.
+    batch = search.propose(8)
+    assert batch[0].key == ranked[0].config_key
+    assert ranked[0].config_key not in {c.key for c in search.propose(8)}

@@ -6,10 +6,11 @@ family's records, every source weighed by how well it ranks this workload's own
 measurements); grow a population from random valid configs, mutations of the best
 measured ones, the best configs of twin workloads on this device (the same loop nest
 under another epilogue: a convolution with and without a residual add) and the best
-configs other devices found; evolve it for a few generations by mutation and crossover, ranking by
-the blend; then propose the blend's top picks, each differing from the others of its
-batch in at least two knobs, with an ``epsilon`` share of random configs so the model
-keeps seeing where it is wrong.
+configs other devices found; evolve it for a few generations by mutation and
+crossover, ranking by the blend; then propose a twin's best configs not yet measured
+here, and the blend's top picks, each differing from the others of its batch in at
+least two knobs, with an ``epsilon`` share of random configs so the model keeps seeing
+where it is wrong.
 """
 
 from __future__ import annotations
@@ -106,6 +107,19 @@ class EvolutionarySearch:
                 out.append(r)
         return out
 
+    def _twin_best(self, per_twin: int) -> list[Config]:
+        """The ``per_twin`` best configs this device measured for each twin workload."""
+        key = self.space.workload.key
+        twins: dict[str, list[Record]] = defaultdict(list)
+        for r in self.own:
+            if r.workload_key != key and r.ok and self._is_twin(r):
+                twins[r.workload_key].append(r)
+        out = []
+        for recs in twins.values():
+            recs.sort(key=score, reverse=True)
+            out += [Config(r.config) for r in recs[:per_twin]]
+        return out
+
     def _is_twin(self, record: Record) -> bool:
         if record.workload_key not in self._twin:
             try:
@@ -137,13 +151,7 @@ class EvolutionarySearch:
         parents = [Config(r.config) for r in mine[: self.elites]]
         # What this device measured best for twin workloads (the same loop nest under
         # another epilogue): their configs are this one's.
-        twins: dict[str, list[Record]] = defaultdict(list)
-        for r in self.own:
-            if r.workload_key != key and r.ok and self._is_twin(r):
-                twins[r.workload_key].append(r)
-        for recs in twins.values():
-            recs.sort(key=score, reverse=True)
-            parents += [Config(r.config) for r in recs[: max(1, self.elites // 4)]]
+        parents += self._twin_best(max(1, self.elites // 4))
         # What other devices found best for this workload, where valid here.
         for recs in self.others.values():
             theirs = sorted((r for r in recs if r.workload_key == key and r.ok), key=score)
@@ -180,10 +188,16 @@ class EvolutionarySearch:
             fresh = [c for c in self.space.sample(self.rng, 4 * n) if c.key not in self.seen]
             if not fresh:
                 return None
+        # A twin's best configs are measured here as they are, ahead of the model's picks.
+        first: dict[str, Config] = {}
+        for c in self._twin_best(2):
+            if c.key not in self.seen and len(first) < max(1, n // 4) and self.space.is_valid(c):
+                first.setdefault(c.key, c)
+        fresh = [c for c in fresh if c.key not in first]
         scores = self.blend.score(fresh)
         ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
         n_random = int(round(self.epsilon * n))
-        picked = diverse(ranked, n - n_random)
+        picked = [*first.values(), *diverse(ranked, n - n_random - len(first))]
         chosen = {c.key for c in picked}
         rest = [c for c in ranked if c.key not in chosen]
         if n_random and rest:
