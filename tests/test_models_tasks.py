@@ -340,8 +340,9 @@ def test_model_policy_minimum_fits_the_budget(bert, host):
 
 
 def test_the_search_learns_only_from_records_of_its_space_kind(bert, host):
-    """A model's fused functions share the op ``fused``: the contraction task's cost
-    model takes the other contractions' records, never the row-wise ones."""
+    """A model's fused functions share the op ``fused``: the contraction task's search
+    learns from the other contractions' records (as a transfer source, weighed by how
+    it ranks this task's own measurements), never from the row-wise ones."""
     from autosched.records.record import Record
     from autosched.search.evolutionary import EvolutionarySearch
 
@@ -361,8 +362,8 @@ def test_the_search_learns_only_from_records_of_its_space_kind(bert, host):
         return Record(
             workload_key=task.workload.key, workload=task.workload.to_json(), target="llvm",
             device_key=host.key("llvm"), device_family=host.family("llvm"), device=fp,
-            config_key=config.key, config=config.to_json(), status="ok", latencies=(1e-4,),
-            latency_s=1e-4, gflops=1.0,
+            config_key=config.key, config=config.to_json(), status="ok",
+            latencies=(1e-4 * (1 + seed),), latency_s=1e-4 * (1 + seed), gflops=1 / (1 + seed),
         )  # fmt: skip
 
     mine, other, row = contraction[0], contraction[1], rowwise[0]
@@ -370,11 +371,12 @@ def test_the_search_learns_only_from_records_of_its_space_kind(bert, host):
     search = EvolutionarySearch(
         space, rng=np.random.default_rng(0), space_for=space_for, family=host.family("llvm")
     )
-    records = [record(t, s) for t in (mine, other, row) for s in range(2)]
+    records = [record(t, s) for t in (mine, other, row) for s in range(8)]
     kept = search._kin(records, space_for)
     assert {r.workload_key for r in kept} == {mine.workload.key, other.workload.key}
     search.observe(records)
-    assert search.propose(4)  # the fit on the kin records works
+    assert search.propose(4)  # the fits on the kin records work
+    assert "transfer:kin" in search.blend.weights()
 
 
 @pytest.mark.parametrize("lanes", [4, 8])
