@@ -120,7 +120,13 @@ def main() -> None:
     out_path = Path(args.out)
     data = json.loads(out_path.read_text()) if out_path.exists() else {"results": []}
     cpu = host_cpu()
-    data["cpu"] = {"name": cpu.name, "vendor": cpu.vendor, "mcpu": cpu.mcpu, "isa": list(cpu.isa)}
+    data["cpu"] = {
+        "name": cpu.name,
+        "vendor": cpu.vendor,
+        "mcpu": cpu.mcpu,
+        "model": cpu.model_id,
+        "isa": list(cpu.isa),
+    }
     data["cores"] = cpu.cores
     data["devices"] = data.get("devices", {})
     for target in targets:

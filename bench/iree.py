@@ -176,7 +176,13 @@ def main() -> None:
         from autosched.measure.cpu import host_cpu
 
         c = host_cpu()
-        cpu = {"name": c.name, "mcpu": c.mcpu, "cores": c.cores, "isa": list(c.isa)}
+        cpu = {
+            "name": c.name,
+            "mcpu": c.mcpu,
+            "model": c.model_id,
+            "cores": c.cores,
+            "isa": list(c.isa),
+        }
     except Exception:  # the figures stand without it
         pass
     out = {

@@ -219,7 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     rows[(res["model"], res["target"], res["factory"])] = res
     out = {
         "machine": {
-            "cpu": {"name": c.name, "mcpu": c.mcpu, "cores": c.cores, "isa": list(c.isa)},
+            "cpu": {
+                "name": c.name,
+                "mcpu": c.mcpu,
+                "model": c.model_id,
+                "cores": c.cores,
+                "isa": list(c.isa),
+            },
             "python": platform.python_version(),
         },
         "rows": sorted(rows.values(), key=lambda r: (r["model"], r["target"], r["factory"])),

@@ -373,6 +373,7 @@ def main(
         "machine": {
             "cpu": cpu.name,
             "mcpu": cpu.mcpu,
+            "model": cpu.model_id,
             "isa": list(cpu.isa),
             "usable_cores": USABLE_CORES,
             "threads": {

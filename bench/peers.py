@@ -281,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "machine": {
             "cpu": host_cpu().name,
             "mcpu": host_cpu().mcpu,
+            "model": host_cpu().model_id,
             "isa": list(host_cpu().isa),
             "cores": os.cpu_count(),
             "usable_cores": host_cpu().cores,

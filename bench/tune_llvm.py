@@ -274,6 +274,7 @@ def main() -> None:
         "machine": {
             "cpu": cpu.name,
             "mcpu": cpu.mcpu,
+            "model": cpu.model_id,
             "cores": cpu.cores,
             "device_key": cpu.key(),
             "load_average": os.getloadavg(),
