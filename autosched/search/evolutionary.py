@@ -140,11 +140,13 @@ class EvolutionarySearch:
         key = self.space.workload.key
         mine = [r for r in self.own if r.workload_key == key]
         rest = self._kin([r for r in self.own if r.workload_key != key], self.space_for)
-        twins = [r for r in rest if self._is_twin(r)]
         # Other workloads of this space's kind (a model's other convolutions) are a
         # transfer source, weighed by how it ranks this workload like any other, not
         # training rows of the own ensemble: their landscapes differ from this one's.
-        kin = [r for r in rest if not self._is_twin(r)]
+        twins: list[Record] = []
+        kin: list[Record] = []
+        for r in rest:
+            (twins if self._is_twin(r) else kin).append(r)
         if kin:
             self.blend.add_transfer("kin", kin, self.space_for)
         self.blend.refit(mine + twins, mine, self.space_for)
