@@ -64,6 +64,8 @@ def opencl_program(
     (TE placeholders and computes keep their names through ``create_prim_func``), in
     any order; each kernel's arguments are mapped to ``tensors`` by name. The module
     can come from autosched's own schedule or from elsewhere (MetaSchedule, say).
+    A global buffer the schedule allocates between two kernels (the zero-padded copy of
+    an input that ``pad_einsum`` makes) becomes a scratch argument after ``tensors``.
 
     Args:
         mod: a scheduled ``IRModule`` (threads bound, as OpenCL needs).
@@ -80,6 +82,7 @@ def opencl_program(
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
     target_obj = Target(dict(target or {"kind": "opencl"}))
+    allocated = _global_allocations(mod)
     mod = tvm.tirx.transform.BindTarget(target_obj.with_host(Target({"kind": "llvm"})))(mod)
     pipeline, _finalize_host, finalize_device = tvm.tirx.get_default_tir_pipeline(target_obj)
     mod = pipeline(mod)
@@ -89,6 +92,7 @@ def opencl_program(
     ((dev_target, dev_mod),) = device_mods.items()
     dev_mod = finalize_device()(dev_mod)
 
+    tensors = list(tensors)
     names = [t.name for t in tensors]
     launches = []
     funcs = sorted(dev_mod.functions.items(), key=lambda kv: _launch_order(kv[0].name_hint))
@@ -96,6 +100,9 @@ def opencl_program(
         args = []
         for p in func.params:
             pname = str(p.name).removesuffix("_ptr")
+            if pname not in names and pname in allocated:
+                tensors.append(allocated[pname])
+                names.append(pname)
             if pname not in names:
                 raise ScheduleError(f"kernel {gv.name_hint} takes {p.name}, which is not a buffer")
             args.append(names.index(pname))
@@ -122,6 +129,17 @@ def _build_cpu(space: Space, config: Config) -> CpuProgram:
         executable.export_library(str(path))  # links with the system C compiler
         library = path.read_bytes()
     return CpuProgram(library=library, entry="main", tensors=tuple(tensors), target=target)
+
+
+def _global_allocations(mod: tvm.IRModule) -> dict[str, TensorSpec]:
+    """Buffers the root block of ``mod``'s main allocates in global memory, as scratch."""
+    root = getattr(mod["main"].body, "block", None)  # an SBlockRealize before lowering
+    found = {}
+    for buf in getattr(root, "alloc_buffers", ()):
+        if buf.scope() == "global":
+            shape = tuple(int(x) for x in buf.shape)
+            found[str(buf.name)] = TensorSpec(str(buf.name), shape, str(buf.dtype), "scratch")
+    return found
 
 
 def _launch_order(name: str) -> int:

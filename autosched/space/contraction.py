@@ -34,10 +34,10 @@ its guard is on whole vectors and the lanes stay one vector instruction (a guard
 lanes would make TVM scalarise them). ``vec`` divides the innermost axis, or, where the
 nest reads its inputs at plain axes (matmul, dense, batch matmul: TVM's ``pad_einsum``
 applies), the axis is padded to whole vectors (a vector tail): the inputs it indexes are
-zero-padded where they are staged or packed (llvm: unpacked ones in a padded copy;
-OpenCL requires them staged in local memory, since padding them inline guards every lane
-and TVM scalarises that), the accumulators cover the padded tile, and the write-back
-stores only the real outputs. A prime N of 509 gets ``vec=16``.
+zero-padded where they are staged or packed, and the others are copied once into a
+zero-padded buffer by a loop of their own (OpenCL: a kernel of its own, writing a scratch
+argument; padded inline, every read would be guarded per lane, which TVM scalarises),
+the accumulators cover the padded tile, and the write-back stores only the real outputs. A prime N of 509 gets ``vec=16``.
 
 Register accumulators are always used (``cache_write`` to local scope): there is no
 device on which accumulating through global memory wins.
@@ -268,9 +268,6 @@ class ContractionSpace(Space):
             )
         if self.target == "llvm":
             return self._check_register_tile(config)
-        reason = self._check_vector_tail(config)
-        if reason:
-            return reason
         threads = self.threads(config)
         if threads > min(self.limits.max_work_group_size, self.limits.max_work_item_size):
             return f"work-group of {threads} work-items exceeds the device limit {self.limits.max_work_group_size}"
@@ -281,28 +278,6 @@ class ContractionSpace(Space):
         if local > self.limits.local_mem_bytes:
             return (
                 f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
-            )
-        return None
-
-    def _check_vector_tail(self, config: Config) -> str | None:
-        """OpenCL pads a vector tail only in local memory.
-
-        Padded inline, each read of an unstaged input would be guarded per lane, which
-        TVM scalarises (and a padded copy in global memory would need a scratch argument).
-        """
-        inner, vec = self.nest.spatial[-1], config["vec"]
-        if inner.extent % vec == 0:
-            return None
-        unstaged = [
-            acc.buffer
-            for acc in self.nest.inputs
-            if any(name == inner.name for terms in acc.dims for name, _ in terms)
-            and config[f"stage.{acc.buffer}"] != "local"
-        ]
-        if unstaged:
-            return (
-                f"vec={vec} leaves a vector tail on axis {inner.name} of {inner.extent}: "
-                f"stage.{unstaged[0]} must be local for it to be padded there"
             )
         return None
 

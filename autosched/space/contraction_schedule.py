@@ -85,8 +85,10 @@ def _apply(sch, space: Space, config: Config) -> None:
     block = sch.get_sblock(nest.main)
     pads, unpad = _pad_vector_tail(sch, space, config, block)
     for buffer, pad in pads.items():
-        if config[f"stage.{buffer}"] == "local":  # the space requires it (see check)
+        if config[f"stage.{buffer}"] == "local":
             into_staging[buffer] = pad
+        else:  # a padded copy in global memory (a scratch argument), its own kernel
+            separate.insert(0, pad)
     loops = sch.get_loops(block)
     by_axis = dict(zip((a.name for a in nest.axes), loops))
 
