@@ -7,6 +7,7 @@ blocks, register tiles walked inside each block, vector instructions, packing).
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from autosched.space.config import Config
@@ -136,8 +137,14 @@ def _apply(sch, space: Space, config: Config) -> None:
             sch.bind(ct, "threadIdx.x")
 
     # Register accumulators, written back (with the epilogue when fused) per work-item.
-    acc_block = _accumulators(sch, block, unpad, "local")
+    # Past a vector tail they are written whole into the padded output, a scratch
+    # argument, and a kernel of its own copies the real outputs out: guarded per lane,
+    # the write-back would be scalarised, and the OpenCL compiler would then keep the
+    # accumulators in memory (5x slower on PoCL).
+    acc_block = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc_block, tx)
+    if unpad is not None:
+        separate.append(unpad)
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:
             sch.reverse_compute_inline(sch.get_sblock(name))
@@ -203,18 +210,28 @@ def _split_inner(sch, loop, factors: list[int], vec: int) -> list:
 
 
 def _schedule_elementwise(sch, block, vec: int) -> None:
-    """Its own kernel: one work-item per ``vec`` consecutive outputs, 64 per group."""
-    fused = sch.fuse(*sch.get_loops(block))
-    total = int(sch.get(fused).extent)
+    """Its own kernel: one work-item per ``vec`` consecutive outputs, 64 per group.
+
+    Where no group of at least 8 divides the outputs (odd extents: copying the real
+    outputs out of a padded one), a group is 64 consecutive outputs along the last axis,
+    the last of each row guarded (single-item groups are slow).
+    """
+    loops = sch.get_loops(block)
+    total = math.prod(int(sch.get(lp).extent) for lp in loops)
     v = vec if total % vec == 0 else 1
     per_group = 64
     while total % (per_group * v):
         per_group //= 2
-    g, t, inner = sch.split(fused, [None, per_group, v])
-    sch.bind(g, "blockIdx.x")
+    if per_group >= 8:
+        g, t, inner = sch.split(sch.fuse(*loops), [None, per_group, v])
+        sch.bind(g, "blockIdx.x")
+        sch.bind(t, "threadIdx.x")
+        if v > 1:
+            sch.vectorize(inner)
+        return
+    outer, t = sch.split(loops[-1], [None, 64])
+    sch.bind(sch.fuse(*loops[:-1], outer), "blockIdx.x")
     sch.bind(t, "threadIdx.x")
-    if v > 1:
-        sch.vectorize(inner)
 
 
 def _apply_cpu(sch, space: Space, config: Config) -> None:
