@@ -174,6 +174,30 @@ def test_transfer_from_another_device_family(records, limits):
     assert search.blend.weights()["transfer:other-device"] == 0.0
 
 
+def test_before_any_measurement_each_source_s_top_picks_come_first(records, limits):
+    target = _one_shape(records)
+    theirs = [
+        dataclasses.replace(r, device_family="other-device")
+        for r in records
+        if r.workload_key != target[0].workload_key
+    ]
+    space = _space_for(limits)(target[0].workload)
+    blend = Blend(space, seed=0, members=3)
+    blend.add_transfer("other-device", theirs, _space_for(limits))
+    blend.refit([], [], _space_for(limits))
+    assert not blend.weighed and len(blend.sources) == 2
+    configs = space.sample(np.random.default_rng(1), 300)
+    X = featurize(space, configs)
+    tops = {int(np.argmax(s.predict(X))) for s in blend.sources}
+    # Mean ranks would put compromises first; each source's own best leads instead.
+    first = set(np.argsort(-blend.score(configs), kind="stable")[: len(tops)].tolist())
+    assert tops == first
+    # Once the workload has measurements, the sources are weighed by them.
+    ok = [dataclasses.replace(r, device_family="mine") for r in target if r.ok][:8]
+    blend.refit(ok, ok, _space_for(limits))
+    assert blend.weighed
+
+
 def test_batches_are_diverse():
     space = make_space(
         workload("matmul", M=256, N=256, K=256),

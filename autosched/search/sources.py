@@ -14,7 +14,11 @@ Each source's weight is how well it ranks this workload's own measurements so fa
 (Kendall's tau, clipped at 0; the own model's from its out-of-bag predictions), as in
 rank-weighted Gaussian-process ensembles (Feurer et al., RGPE): a prior or a transfer
 source that ranks this device wrongly fades within a batch or two, and one that ranks
-it well keeps steering. Before three measurements every prior source counts equally.
+it well keeps steering. Before three measurements nothing says which source to trust:
+each source's own top picks come first, in turn (a config's score is its best rank in
+any source), so a transfer source that is wrong for this device delays the prior's best
+picks by a few trials at most instead of pulling the first batch to compromises that
+no source ranks high.
 """
 
 from __future__ import annotations
@@ -92,6 +96,7 @@ class Blend:
         self.own = BootstrapEnsemble(self.kind, members=members, seed=seed)
         self.transfer: dict[str, Source] = {}
         self.sources: list[Source] = []
+        self.weighed = False  # whether the weights come from this workload's measurements
 
     def add_transfer(
         self, family: str, records: Sequence[Record], space_for: Callable[[dict], Space]
@@ -117,7 +122,8 @@ class Blend:
         sources = [Source("prior", prior_score), *self.transfer.values()]
         valid = [(Config(r.config), score(r)) for r in mine]
         valid = [(c, s) for c, s in valid if self.space.is_valid(c)]
-        if len(valid) >= MIN_RANKED:
+        self.weighed = len(valid) >= MIN_RANKED
+        if self.weighed:
             Xm = featurize(self.space, [c for c, _ in valid], names=self.names)
             ym = np.array([s for _, s in valid])
             for s in sources:
@@ -139,6 +145,8 @@ class Blend:
     def score(self, configs: Sequence[Config]) -> np.ndarray:
         """The blended rank of each config (higher = measure sooner)."""
         X = featurize(self.space, configs, names=self.names)
+        if not self.weighed and len(self.sources) > 1:  # each source's top picks, in turn
+            return np.max([ranks(s.predict(X)) for s in self.sources], axis=0)
         total = sum(s.weight for s in self.sources)
         if total <= 0:  # nothing ranks this device yet: trust the own data alone
             return ranks(self._ucb(X)) if self.own.is_fitted else np.zeros(len(configs))
