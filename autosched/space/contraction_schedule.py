@@ -292,9 +292,13 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     if block_order:
         acc_block = _accumulators(sch, block, unpad, "global")
         sch.reverse_compute_at(acc_block, par)
-    else:
+    elif unpad is None:
         acc_block = _accumulators(sch, block, unpad, "local")
         sch.reverse_compute_at(acc_block, mid_loops[-1])
+    else:  # whole vectors into the padded output; a loop of its own copies C out
+        acc_block = sch.cache_write(block, 0, "local")
+        sch.reverse_compute_at(acc_block, mid_loops[-1])
+        separate.append(unpad)
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:
             sch.reverse_compute_inline(sch.get_sblock(name))
@@ -344,8 +348,12 @@ def _anchor_depth(sch, block) -> int:
 
 def _schedule_elementwise_cpu(sch, block, vec: int) -> None:
     """Its own parallel loop, ``vec`` consecutive outputs per vector instruction."""
-    fused = sch.fuse(*sch.get_loops(block))
-    total = int(sch.get(fused).extent)
+    loops = sch.get_loops(block)
+    total = math.prod(int(sch.get(lp).extent) for lp in loops)
+    if total % vec and len(loops) > 1:  # rows in parallel, each copied by LLVM's loops
+        sch.parallel(sch.fuse(*loops[:-1]))
+        return
+    fused = sch.fuse(*loops)
     v = vec if total % vec == 0 else 1
     outer, lanes = sch.split(fused, [None, v])
     sch.parallel(outer)
