@@ -147,14 +147,18 @@ def test_a_prior_that_ranks_this_device_well_keeps_its_say(records, limits):
     assert blend.weights()["prior"] > 0.9
 
 
-def test_transfer_from_another_device_family(records, limits):
-    target = _one_shape(records)
-    # The other device measured the operator's other shapes.
-    theirs = [
+def _other_device_records(records, target):
+    """The operator's other shapes, as another device family measured them."""
+    return [
         dataclasses.replace(r, device_family="other-device")
         for r in records
         if r.workload_key != target[0].workload_key
     ]
+
+
+def test_transfer_from_another_device_family(records, limits):
+    target = _one_shape(records)
+    theirs = _other_device_records(records, target)
     space = _space_for(limits)(target[0].workload)
     search = EvolutionarySearch(
         space, rng=np.random.default_rng(0), space_for=_space_for(limits), family="mine"
@@ -176,11 +180,7 @@ def test_transfer_from_another_device_family(records, limits):
 
 def test_before_any_measurement_each_source_s_top_picks_come_first(records, limits):
     target = _one_shape(records)
-    theirs = [
-        dataclasses.replace(r, device_family="other-device")
-        for r in records
-        if r.workload_key != target[0].workload_key
-    ]
+    theirs = _other_device_records(records, target)
     space = _space_for(limits)(target[0].workload)
     blend = Blend(space, seed=0, members=3)
     blend.add_transfer("other-device", theirs, _space_for(limits))

@@ -41,7 +41,8 @@ the accumulators cover the padded tile, and the write-back stores only the real 
 (where the accumulators are a register tile, as on OpenCL and in llvm's tile order, they
 are stored whole into the padded output and a kernel or parallel loop of its own copies
 the real outputs out: a write-back guarded per lane is scalarised, which left PoCL's
-accumulators in memory, 5x slower, and cost llvm up to 40% on a 2-row register tile). A prime N of 509 gets ``vec=16``.
+accumulators in memory, 5x slower, and cost llvm up to 40% on a 2-row register tile).
+A prime N of 509 gets ``vec=16``.
 
 Register accumulators are always used (``cache_write`` to local scope): there is no
 device on which accumulating through global memory wins.

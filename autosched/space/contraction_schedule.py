@@ -292,13 +292,12 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     if block_order:
         acc_block = _accumulators(sch, block, unpad, "global")
         sch.reverse_compute_at(acc_block, par)
-    elif unpad is None:
-        acc_block = _accumulators(sch, block, unpad, "local")
-        sch.reverse_compute_at(acc_block, mid_loops[-1])
-    else:  # whole vectors into the padded output; a loop of its own copies C out
+    else:  # past a vector tail: whole vectors into the padded output, copied out by
+        # a loop of its own (a write-back guarded per lane is scalarised)
         acc_block = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(acc_block, mid_loops[-1])
-        separate.append(unpad)
+        if unpad is not None:
+            separate.append(unpad)
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:
             sch.reverse_compute_inline(sch.get_sblock(name))
