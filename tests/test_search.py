@@ -22,7 +22,7 @@ from autosched.search.base import score
 from autosched.search.evolutionary import EvolutionarySearch, diverse
 from autosched.search.sources import Blend, kendall
 from autosched.space.config import Config
-from autosched.space.device import device_limits, vector_shape
+from autosched.space.device import device_limits, similarity, vector_shape
 from autosched.space.select import make_space
 
 DATA = Path(__file__).parent / "data" / "matmul_pocl_records.jsonl"
@@ -196,6 +196,58 @@ def test_before_any_measurement_each_source_s_top_picks_come_first(records, limi
     ok = [dataclasses.replace(r, device_family="mine") for r in target if r.ok][:8]
     blend.refit(ok, ok, _space_for(limits))
     assert blend.weighed
+
+
+def test_a_less_alike_device_s_top_picks_come_later(records, limits):
+    target = _one_shape(records)
+    theirs = _other_device_records(records, target)
+    space = _space_for(limits)(target[0].workload)
+    configs = space.sample(np.random.default_rng(1), 300)
+    blend = Blend(space, seed=0, members=3)
+    blend.add_transfer("other-device", theirs, _space_for(limits))
+    transfer = blend.transfer["other-device"].predict
+    # Leave out the configs both rank in their first ten: the two orders then differ.
+    while True:
+        X = featurize(space, configs)
+        both = set(np.argsort(-prior_score(X))[:10]) & set(np.argsort(-transfer(X))[:10])
+        if not both:
+            break
+        configs = [c for i, c in enumerate(configs) if i not in both]
+    prior_order = np.argsort(-prior_score(X), kind="stable")
+    for similar in (1.0, 0.55):
+        blend = Blend(space, seed=0, members=3)
+        blend.add_transfer("other-device", theirs, _space_for(limits), similar=similar)
+        blend.refit([], [], _space_for(limits))
+        top = int(np.argmax(blend.sources[1].predict(X)))
+        assert top not in prior_order[:8]
+        order = np.argsort(-blend.score(configs), kind="stable").tolist()
+        if similar == 1.0:  # an identical device takes turns with the prior
+            assert set(order[:2]) == {prior_order[0], top}
+        else:  # one with half the vector width starts after the prior's first seven
+            assert order[:7] == prior_order[:7].tolist()
+            assert order[7] == top
+
+
+def test_device_similarity():
+    def cpu(**extra):
+        fp = {"type": "cpu", "compute_units": 2, "max_work_group_size": 4096}
+        return device_limits({**fp, "local_mem_bytes": 1 << 20, **extra}, "opencl")
+
+    avx512 = cpu(native_vector_width_float=16)
+    avx2 = cpu(native_vector_width_float=8)
+    gpu = device_limits(
+        {
+            "type": "gpu",
+            "compute_units": 108,
+            "max_work_group_size": 1024,
+            "local_mem_bytes": 48 << 10,
+            "native_vector_width_float": 1,
+        },
+        "opencl",
+    )
+    assert similarity(avx512, avx512) == 1.0
+    assert 0.4 < similarity(avx512, avx2) == similarity(avx2, avx512) < 0.7
+    assert similarity(avx512, gpu) == 0.0
 
 
 def test_batches_are_diverse():

@@ -26,7 +26,8 @@ from autosched.records.record import Record
 from autosched.search.base import score
 from autosched.search.sources import Blend
 from autosched.space.config import Config
-from autosched.space.space import Space
+from autosched.space.device import device_limits, similarity
+from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
 
@@ -133,10 +134,12 @@ class EvolutionarySearch:
         if not self._dirty:
             return
         for family, recs in self.others.items():
-            space_for = _other_space(self.space, recs[0].device)
+            limits = device_limits(recs[0].device, self.space.target)
+            space_for = _other_space(self.space, limits)
             kin = self._kin(recs, space_for)
             if kin:
-                self.blend.add_transfer(family, kin, space_for)
+                similar = similarity(self.space.limits, limits)
+                self.blend.add_transfer(family, kin, space_for, similar=similar)
         key = self.space.workload.key
         mine = [r for r in self.own if r.workload_key == key]
         rest = self._kin([r for r in self.own if r.workload_key != key], self.space_for)
@@ -231,13 +234,11 @@ def diverse(ranked: Sequence[Config], n: int, *, min_distance: int = 2) -> list[
     return picked + skipped[: n - len(picked)]
 
 
-def _other_space(space: Space, device: dict) -> Callable[[dict], Space]:
+def _other_space(space: Space, limits: DeviceLimits) -> Callable[[dict], Space]:
     """Spaces of workloads measured on another device (its own limits and features)."""
     from autosched.ops import workload_from_json
-    from autosched.space.device import device_limits
     from autosched.space.select import make_space
 
-    limits = device_limits(device, space.target)
     cache: dict[str, Space] = {}
 
     def space_for(wl_json: dict) -> Space:

@@ -14,11 +14,15 @@ Each source's weight is how well it ranks this workload's own measurements so fa
 (Kendall's tau, clipped at 0; the own model's from its out-of-bag predictions), as in
 rank-weighted Gaussian-process ensembles (Feurer et al., RGPE): a prior or a transfer
 source that ranks this device wrongly fades within a batch or two, and one that ranks
-it well keeps steering. Before three measurements nothing says which source to trust:
-each source's own top picks come first, in turn (a config's score is its best rank in
-any source), so a transfer source that is wrong for this device delays the prior's best
-picks by a few trials at most instead of pulling the first batch to compromises that
-no source ranks high.
+it well keeps steering. Before three measurements only the devices' fingerprints say
+which source to trust: each source's own top picks come first, in turn, at a pace set
+by how alike its device is to this one (:func:`autosched.space.device.similarity`, as
+meta-feature weights do in Wistuba et al.'s transfer surrogates): a config's score is
+its best ``similarity / (FIRST_PICKS + position)`` over the sources. A source from an
+identical device takes turns with the prior; one from a device with half the vector
+width (an AVX2 CPU after AVX-512 ones) has its first pick after the prior's first seven.
+Mean ranks instead put compromises first that no source ranks high, and equal turns
+let two alike devices outvote the prior of a third that differs from both.
 """
 
 from __future__ import annotations
@@ -40,6 +44,9 @@ log = logging.getLogger(__name__)
 
 MIN_RANKED = 3  # own measurements of the workload before sources are weighed by them
 OWN_FLOOR = 0.05  # a fitted own model keeps at least this weight: the data is the device's
+# Before any measurement, the position in the prior's ranking that a source of similarity
+# s starts at is FIRST_PICKS * (1/s - 1): one batch's worth of picks sets the scale.
+FIRST_PICKS = 8
 
 
 @dataclass
@@ -47,6 +54,7 @@ class Source:
     name: str
     predict: Callable[[np.ndarray], np.ndarray]
     weight: float = 1.0
+    similar: float = 1.0  # how alike its device is to this one (0..1)
 
 
 def kendall(pred: np.ndarray, y: np.ndarray) -> float:
@@ -57,6 +65,11 @@ def kendall(pred: np.ndarray, y: np.ndarray) -> float:
         return 0.0
     tau = kendalltau(pred, y).statistic
     return 0.0 if not np.isfinite(tau) else float(tau)
+
+
+def positions(values: np.ndarray) -> np.ndarray:
+    """Each value's place when sorted best (highest) first: 0, 1, ... (ties by order)."""
+    return np.argsort(np.argsort(-values, kind="stable"), kind="stable")
 
 
 def ranks(values: np.ndarray) -> np.ndarray:
@@ -99,9 +112,15 @@ class Blend:
         self.weighed = False  # whether the weights come from this workload's measurements
 
     def add_transfer(
-        self, family: str, records: Sequence[Record], space_for: Callable[[dict], Space]
+        self,
+        family: str,
+        records: Sequence[Record],
+        space_for: Callable[[dict], Space],
+        *,
+        similar: float = 1.0,
     ) -> None:
-        """Fit a transfer source on another device family's records (once per family)."""
+        """Fit a transfer source on another device family's records (once per family);
+        ``similar``: how alike that family's device is to this one."""
         from autosched.cost_model import make_model
 
         if family in self.transfer:
@@ -109,7 +128,7 @@ class Blend:
         X, y, g = training_set(records, space_for, names=self.names)
         model = make_model(self.kind, seed=self.seed).fit(X, y, g)
         if model.is_fitted:
-            self.transfer[family] = Source(f"transfer:{family}", model.predict)
+            self.transfer[family] = Source(f"transfer:{family}", model.predict, similar=similar)
             log.debug("transfer source from %d records of family %s", len(y), family)
 
     def refit(
@@ -146,7 +165,10 @@ class Blend:
         """The blended rank of each config (higher = measure sooner)."""
         X = featurize(self.space, configs, names=self.names)
         if not self.weighed and len(self.sources) > 1:  # each source's top picks, in turn
-            return np.max([ranks(s.predict(X)) for s in self.sources], axis=0)
+            return np.max(
+                [s.similar / (FIRST_PICKS + positions(s.predict(X))) for s in self.sources],
+                axis=0,
+            )
         total = sum(s.weight for s in self.sources)
         if total <= 0:  # nothing ranks this device yet: trust the own data alone
             return ranks(self._ucb(X)) if self.own.is_fitted else np.zeros(len(configs))

@@ -11,6 +11,7 @@ space and prior.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -101,3 +102,25 @@ def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
         vector_registers=registers,
         local_mem_emulated=emulated,
     )
+
+
+def similarity(a: DeviceLimits, b: DeviceLimits) -> float:
+    """How alike two devices are, in (0, 1] (0 between a CPU and a GPU): ``exp(-d)``,
+    ``d`` the mean |log2 ratio| of what their fingerprints say the schedules depend
+    on (vector lanes and registers, compute units, local memory, work-group size).
+
+    An AVX2 and an AVX-512 CPU of two cores: 0.55; two AVX-512 CPUs: 1. The search
+    trusts another device's records this much before this device has measured
+    anything (:mod:`autosched.search.sources`).
+    """
+    if a.is_cpu != b.is_cpu:
+        return 0.0
+    pairs = [
+        (a.vector_lanes, b.vector_lanes),
+        (a.vector_registers, b.vector_registers),
+        (a.compute_units, b.compute_units),
+        (a.local_mem_bytes, b.local_mem_bytes),
+        (a.max_work_group_size, b.max_work_group_size),
+    ]
+    d = sum(abs(math.log2(max(1, x) / max(1, y))) for x, y in pairs) / len(pairs)
+    return math.exp(-d)
