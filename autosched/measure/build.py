@@ -128,7 +128,13 @@ def _build_cpu(space: Space, config: Config) -> CpuProgram:
         path = Path(tmp) / "kernel.so"
         executable.export_library(str(path))  # links with the system C compiler
         library = path.read_bytes()
-    return CpuProgram(library=library, entry="main", tensors=tuple(tensors), target=target)
+    return CpuProgram(
+        library=library,
+        entry="main",
+        tensors=tuple(tensors),
+        target=target,
+        flush=space.workload.cold_operands,
+    )
 
 
 def _global_allocations(mod: tvm.IRModule) -> dict[str, TensorSpec]:

@@ -52,6 +52,8 @@ class CpuProgram:
         entry: the function to call; it takes ``tensors`` in order.
         tensors: the arguments, as in :class:`KernelProgram`.
         target: the TVM target it was compiled for (kind, mcpu, num-cores).
+        flush: flush every argument but the first from the CPU caches before each
+            timed call (``Workload.cold_operands``: a model's weights come from memory).
     """
 
     kind: ClassVar[str] = "llvm"
@@ -60,6 +62,7 @@ class CpuProgram:
     entry: str
     tensors: tuple[TensorSpec, ...]
     target: dict[str, Any] = field(default_factory=dict, hash=False, compare=False)
+    flush: bool = False
 
 
 @dataclass(frozen=True)

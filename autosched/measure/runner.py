@@ -222,8 +222,13 @@ class CpuRunner:
             start = time.perf_counter()
             func(*args)
             estimate = max(time.perf_counter() - start, 1e-7)
-            number, repeats = timing_plan(estimate, options, min_sample_s=self.MIN_SAMPLE_S)
-            timer = module.time_evaluator(program.entry, self.dev, number=number, repeat=repeats)
+            # Flushed operands: one call per sample (a second would find them cached).
+            least = 0.0 if program.flush else self.MIN_SAMPLE_S
+            number, repeats = timing_plan(estimate, options, min_sample_s=least)
+            flush = "cache_flush_cpu_non_first_arg" if program.flush else ""
+            timer = module.time_evaluator(
+                program.entry, self.dev, number=number, repeat=repeats, f_preproc=flush
+            )
             latencies = tuple(float(t) for t in timer(*args).results)
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"call failed: {_first_lines(exc)}")

@@ -66,6 +66,9 @@ class Workload:
     choices: dict[str, tuple[str, ...]] = {}  # string parameters and their accepted values
     chains: tuple[str, ...] = ()  # string parameters that are a ``+``-joined chain of choices
     example: str = ""  # a ``--shape`` text
+    # Whether its arguments after the first come from memory when it runs for real (a
+    # model's weights), so a timing flushes them from the CPU caches first (llvm).
+    cold_operands: bool = False
 
     def __init__(self, params: dict[str, Any], *, dtype: str = "float32") -> None:
         if dtype != "float32":

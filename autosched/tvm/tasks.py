@@ -184,10 +184,12 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
             log.debug("default schedule of %s: %s", block.name_hint, exc)
 
 
-def default_latency_ms(task: ModelTask, *, device: Any, min_time_s: float = 0.05) -> float:
+def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> float:
     """Milliseconds of one call of ``task``'s function as an untuned build runs it: its
     space's default config, or :func:`default_schedule` where no family covers it (llvm;
-    TVM's runtime, the device's threads). Inputs are random in [-1, 1)."""
+    TVM's runtime, the device's threads), the median of ``repeats`` calls, each after
+    the arguments but the first are flushed from the caches (as in a model run, and as
+    the tuner times it: ``Workload.cold_operands``). Inputs are random in [-1, 1)."""
     import numpy as np
     import tvm
     from tvm.s_tir import Schedule
@@ -209,7 +211,8 @@ def default_latency_ms(task: ModelTask, *, device: Any, min_time_s: float = 0.05
         tvm.runtime.tensor(rng.uniform(-1, 1, t.shape).astype(t.dtype), dev)
         for t in wl.tensor_specs()
     ]
+    # As the tuner times a model's function: one call per sample, its weights flushed.
     timer = lib.mod.time_evaluator(
-        "main", dev, number=1, repeat=3, min_repeat_ms=int(min_time_s * 1e3)
+        "main", dev, number=1, repeat=repeats, f_preproc="cache_flush_cpu_non_first_arg"
     )
     return float(np.median(timer(*args).results)) * 1e3
