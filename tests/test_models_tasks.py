@@ -439,3 +439,30 @@ def test_the_default_schedule_vectorises_a_pooling_window_across_channels(resnet
     lib["main"](*args.values())
     for name, want in wl.reference(inputs).items():
         np.testing.assert_array_equal(args[name].numpy(), want)
+
+
+def test_the_default_schedule_inlines_a_pooling_window_s_padding(host):
+    # ResNet's stem pool pads its input; the padded copy is computed inside the window's
+    # reads instead of being written and read back.
+    import tvm
+    from tvm.s_tir import Schedule
+
+    stem = nn.Sequential(nn.Conv2d(4, 8, 3, padding=1), nn.MaxPool2d(3, stride=2, padding=1))
+    mod, _, _ = _relax(stem, (1, 4, 16, 16))
+    pool = next(t for t in extract_tasks(mod, limits=host.limits) if t.name == "max_pool2d")
+    wl = pool.workload
+    sch = Schedule(wl.prim_func())
+    assert len(sch.get_child_blocks(sch.get_sblock("root"))) == 2  # the padding, the max
+    default_schedule(sch, limits=host.limits)
+    assert len(sch.get_child_blocks(sch.get_sblock("root"))) == 1
+    lib = tvm.compile(sch.mod, target="llvm")
+    inputs = wl.make_inputs(np.random.default_rng(3))
+    args = {
+        s.name: tvm.runtime.tensor(
+            inputs[s.name] if s.role == "input" else np.full(s.shape, np.nan, s.dtype)
+        )
+        for s in wl.tensor_specs()
+    }
+    lib["main"](*args.values())
+    for name, want in wl.reference(inputs).items():
+        np.testing.assert_array_equal(args[name].numpy(), want)

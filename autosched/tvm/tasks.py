@@ -156,7 +156,17 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
     In a reduction block (a pooling window, a mean over the image) the reduction loops
     are moved outside that innermost spatial loop first, so its lanes accumulate side by
     side (channels, in a channels-last pool) instead of the block running scalar. A step
-    TVM refuses is skipped (the block keeps TVM's plain loops)."""
+    TVM refuses is skipped (the block keeps TVM's plain loops).
+
+    First, every injective producer whose result stays inside the function (a pooling
+    window's padding, a transpose feeding a reshape) is inlined into its readers, as
+    TVM's auto-inline rule does: ResNet-18's max-pool wrote and re-read a padded copy
+    of its input, 3x its time."""
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        try:
+            sch.compute_inline(rv)
+        except Exception:  # noqa: BLE001 - an output, a reduction: TVM refuses, it stays
+            pass
     lanes = max(1, limits.vector_lanes)
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(rv)
