@@ -154,6 +154,11 @@ def _believable(profiled_s: float, wall_s: float) -> float:
     return profiled_s
 
 
+# TVM's runtime function that a timer runs before each sample to flush every argument
+# but the first from the CPU caches (``CpuProgram.flush``).
+FLUSH_ALL_BUT_FIRST = "cache_flush_cpu_non_first_arg"
+
+
 class CpuRunner:
     """Runs llvm programs (shared libraries) through TVM's runtime on the host CPU.
 
@@ -225,7 +230,7 @@ class CpuRunner:
             # Flushed operands: one call per sample (a second would find them cached).
             least = 0.0 if program.flush else self.MIN_SAMPLE_S
             number, repeats = timing_plan(estimate, options, min_sample_s=least)
-            flush = "cache_flush_cpu_non_first_arg" if program.flush else ""
+            flush = FLUSH_ALL_BUT_FIRST if program.flush else ""
             timer = module.time_evaluator(
                 program.entry, self.dev, number=number, repeat=repeats, f_preproc=flush
             )

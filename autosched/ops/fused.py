@@ -95,7 +95,7 @@ def _inline_row_values(func):
         and block.reads
         and all(r.source.name in reduced for r in block.reads)
     ]
-    return sch.mod["main"] if _inline(sch, row_values) else func
+    return sch.mod["main"] if inline(sch, row_values) else func
 
 
 def _inline_epilogue(func):
@@ -120,10 +120,10 @@ def _inline_epilogue(func):
         and len(block.writes) == 1
         and block.writes[0].source.name in allocated
     ]
-    return sch.mod["main"] if _inline(sch, epilogue) else func
+    return sch.mod["main"] if inline(sch, epilogue) else func
 
 
-def _inline(sch, blocks) -> bool:
+def inline(sch, blocks) -> bool:
     """Inline each of ``blocks`` into its readers where TVM allows it; whether any was."""
     changed = False
     for block in blocks:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autosched.errors import AutoschedError, ScheduleError
-from autosched.ops.fused import FusedFunc
+from autosched.ops.fused import FusedFunc, inline
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
@@ -162,11 +162,7 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
     window's padding, a transpose feeding a reshape) is inlined into its readers, as
     TVM's auto-inline rule does: ResNet-18's max-pool wrote and re-read a padded copy
     of its input, 3x its time."""
-    for rv in sch.get_child_blocks(sch.get_sblock("root")):
-        try:
-            sch.compute_inline(rv)
-        except Exception:  # noqa: BLE001 - an output, a reduction: TVM refuses, it stays
-            pass
+    inline(sch, [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))])
     lanes = max(1, limits.vector_lanes)
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(rv)
@@ -204,6 +200,7 @@ def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> flo
     import tvm
     from tvm.s_tir import Schedule
 
+    from autosched.measure.runner import FLUSH_ALL_BUT_FIRST
     from autosched.space.schedule import apply
 
     wl = task.workload
@@ -223,6 +220,6 @@ def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> flo
     ]
     # As the tuner times a model's function: one call per sample, its weights flushed.
     timer = lib.mod.time_evaluator(
-        "main", dev, number=1, repeat=repeats, f_preproc="cache_flush_cpu_non_first_arg"
+        "main", dev, number=1, repeat=repeats, f_preproc=FLUSH_ALL_BUT_FIRST
     )
     return float(np.median(timer(*args).results)) * 1e3
