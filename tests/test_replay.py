@@ -230,6 +230,11 @@ def test_the_metrics_on_a_hand_made_cache():
     assert 0 < middling < 1.0
     failed_first = methodology_score([[None, 1 / 80, 1 / 90, 1 / 90]], latencies, 4)
     assert failed_first < middling
+    # A budget near the cache's size: random search is expected to hold the optimum
+    # before the end, and the score covers the trials before that instead of failing.
+    few = [1.0 / v for v in range(1, 21)]
+    assert methodology_score([[1 / 20] * 16], few, 16) == pytest.approx(1.0)
+    assert methodology_score([[1 / 5] * 16], few, 16) < 0
 
 
 def test_kernel_tuner_simulation_mode_over_a_small_cache(small):
