@@ -169,3 +169,17 @@ def test_driver_and_compiler_output_goes_to_the_log_not_the_terminal(device, cap
     assert "warning" not in out + err, out + err
     logged = "\n".join(r.getMessage() for r in caplog.records)
     assert "warning generated" in logged or "warnings generated" in logged, logged
+
+
+def test_registers_per_group_enter_the_fingerprint_only_where_the_driver_says(device):
+    """PoCL says nothing of registers: its fingerprint, and so its key and every record
+    already made, are as before. A driver that says (NVIDIA) has it in the fingerprint,
+    and the space's limits read it back from a record's device."""
+    import dataclasses
+
+    assert device.registers_per_group == 0
+    assert "registers_per_group" not in device.fingerprint()
+    nv = dataclasses.replace(device, registers_per_group=65536)
+    assert nv.fingerprint()["registers_per_group"] == 65536
+    assert nv.key() != device.key()
+    assert nv.limits.registers_per_group == 65536 and device.limits.registers_per_group == 0

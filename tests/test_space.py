@@ -108,3 +108,39 @@ def test_workload_key_is_stable_and_names_everything():
 def test_bad_workloads_name_what_is_accepted(params, fragment):
     with pytest.raises(InvalidInputError, match=fragment):
         workload("matmul", **params)
+
+
+def test_a_gpu_s_register_file_bounds_work_items_times_accumulators():
+    """The H200 replay sample: every config that failed to launch (OUT_OF_RESOURCES) is
+    rejected once the fingerprint carries the registers per work-group, and every one
+    that ran is still accepted."""
+    import gzip
+    from pathlib import Path
+
+    from autosched.space.device import device_limits
+
+    path = Path(__file__).parent.parent / "bench/replay/matmul-512-opencl-h200.jsonl.gz"
+    records = [json.loads(line) for line in gzip.open(path, "rt")]
+    fingerprint = records[0]["device"]
+    wl = workload("matmul", M=512, N=512, K=512)
+    plain = make_space(wl, limits=device_limits(fingerprint, "opencl"))
+    nv = make_space(
+        wl, limits=device_limits({**fingerprint, "registers_per_group": 65536}, "opencl")
+    )
+    failed = [Config(r["config"]) for r in records if "OUT_OF_RESOURCES" in r["error"]]
+    ran = [Config(r["config"]) for r in records if r["status"] == "ok"]
+    assert len(failed) >= 5 and len(ran) >= 100
+    assert all(plain.is_valid(c) for c in failed)  # what the driver alone said before
+    assert not any(nv.is_valid(c) for c in failed)
+    assert "registers exceed the device's 65536 per work-group" in nv.check(failed[0])
+    assert all(nv.is_valid(c) for c in ran)
+
+
+def test_a_kernel_s_own_group_limit_is_said_before_its_launch():
+    from autosched.measure.runner import over_group_limit
+
+    assert over_group_limit([1024, 256], [(256,), (128, 2)]) == ""
+    assert over_group_limit([], [(1024,)]) == ""  # the driver could not say
+    problem = over_group_limit([1024, 384], [(256,), (512,)])
+    assert problem.startswith("kernel 1 runs 512 work-items per group")
+    assert "at most 384" in problem

@@ -42,6 +42,7 @@ class Device:
     global_mem_bytes: int
     native_vector_width_float: int = 0
     local_mem_type: str = ""  # "local" (dedicated) or "global" (emulated in memory)
+    registers_per_group: int = 0  # where the driver says (NVIDIA); 0: not known
 
     @property
     def selector(self) -> str:
@@ -58,6 +59,8 @@ class Device:
         # the host's free RAM. Neither changes how a kernel runs.
         for k in ("index", "platform_index", "device_index", "global_mem_bytes"):
             fp.pop(k)
+        if not self.registers_per_group:  # unknown: fingerprints (and keys) stay as before
+            fp.pop("registers_per_group")
         fp["max_work_item_sizes"] = list(self.max_work_item_sizes)
         fp["target"] = target
         fp["autosched_version"] = __version__
@@ -91,6 +94,20 @@ def opencl_family(fingerprint: dict) -> str:
 
 
 _TYPES = {2: "cpu", 4: "gpu", 8: "accelerator"}
+
+
+def _registers_per_group(cl, d) -> int:
+    """The registers one work-group may use, where the driver tells (NVIDIA's
+    ``cl_nv_device_attribute_query``; 65,536 on Hopper, CUDA's regsPerBlock); 0 elsewhere."""
+    param = getattr(cl.device_info, "REGISTERS_PER_BLOCK_NV", None)
+    if param is None or "cl_nv_device_attribute_query" not in d.extensions:
+        return 0
+    try:
+        return int(d.get_info(param))
+    except Exception:  # an extension the driver lists but does not answer
+        return 0
+
+
 _LOCAL_MEM_TYPES = {1: "local", 2: "global"}
 
 
@@ -128,6 +145,7 @@ def list_devices() -> tuple[Device, ...]:
                     global_mem_bytes=int(d.global_mem_size),
                     native_vector_width_float=int(d.native_vector_width_float),
                     local_mem_type=_LOCAL_MEM_TYPES.get(int(d.local_mem_type), ""),
+                    registers_per_group=_registers_per_group(cl, d),
                 )
             )
     if not out:

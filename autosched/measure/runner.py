@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from autosched.measure.program import CpuProgram, KernelProgram
-from autosched.records.record import BUILD_ERROR, OK, RUN_ERROR, WRONG_RESULT
+from autosched.records.record import BUILD_ERROR, INVALID, OK, RUN_ERROR, WRONG_RESULT
 
 
 @dataclass(frozen=True)
@@ -63,6 +63,7 @@ class OpenCLRunner:
 
         self.cl = cl
         device = cl.get_platforms()[platform_index].get_devices()[device_index]
+        self.device = device
         self.ctx = cl.Context([device])
         self.queue = cl.CommandQueue(
             self.ctx, properties=cl.command_queue_properties.PROFILING_ENABLE
@@ -90,6 +91,16 @@ class OpenCLRunner:
             kernels = [getattr(prg, k.name) for k in program.kernels]
         except Exception as exc:
             return RunOutcome(BUILD_ERROR, f"OpenCL compiler: {_first_lines(exc)}")
+        try:
+            allowed = [
+                k.get_work_group_info(cl.kernel_work_group_info.WORK_GROUP_SIZE, self.device)
+                for k in kernels
+            ]
+        except Exception:  # a driver that cannot say: the launch will tell
+            allowed = []
+        problem = over_group_limit(allowed, [k.local_size for k in program.kernels])
+        if problem:
+            return RunOutcome(INVALID, problem, compile_s=time.perf_counter() - t0)
         # Outputs and scratch start as NaN so a kernel that skips elements is caught.
         bufs, outputs = [], {}
         for spec in program.tensors:
@@ -139,6 +150,21 @@ class OpenCLRunner:
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"launch failed: {_first_lines(exc)}")
         return RunOutcome(OK, "", tuple(latencies), compile_s)
+
+
+def over_group_limit(allowed: list[int], local_sizes: list) -> str:
+    """Why a launch cannot run: a kernel's work-group is larger than the driver allows
+    that compiled kernel (``CL_KERNEL_WORK_GROUP_SIZE``: on a GPU, what its registers and
+    local memory leave), or "" when every one fits. Said before the launch, so the config
+    is recorded ``invalid`` with the reason rather than a launch's OUT_OF_RESOURCES."""
+    for i, (limit, local) in enumerate(zip(allowed, local_sizes)):
+        items = math.prod(local) if local else 0
+        if limit and items > limit:
+            return (
+                f"kernel {i} runs {items} work-items per group; the driver allows this "
+                f"compiled kernel at most {limit} (its registers or local memory)"
+            )
+    return ""
 
 
 def _believable(profiled_s: float, wall_s: float) -> float:

@@ -100,6 +100,11 @@ MAX_REG_ELEMS = 256  # accumulators per work-item; past this every device spills
 # thousands of lines: a conv2d config with 1024 took 8 s in TVM and 27 s in PoCL's
 # compiler for 2.6 GFLOP/s, and the fastest configs measured stay under 128.
 MAX_UNROLLED_BODY = 512
+# Registers a GPU work-item needs besides its accumulators (addresses, loop counters,
+# the operands in flight). On an H200 every sampled 512^3 matmul config whose
+# work-items x accumulators reached 65,536 (its registers per group) failed to launch
+# and every one at 32,768 or under ran; with this overhead the check draws that line.
+REG_OVERHEAD = 32
 MAX_REG_PER_AXIS = 64
 MAX_THREADS_PER_AXIS = 256
 MAX_CHUNK = 64
@@ -279,6 +284,13 @@ class ContractionSpace(Space):
         reason = self._check_register_tile(config)
         if reason:
             return reason
+        registers = self.limits.registers_per_group
+        need = threads * (self.reg_elems(config) + REG_OVERHEAD)
+        if registers and need > registers:
+            return (
+                f"{threads} work-items x ({self.reg_elems(config)} accumulators + "
+                f"{REG_OVERHEAD}) registers exceed the device's {registers} per work-group"
+            )
         local = self.local_mem_bytes(config)
         if local > self.limits.local_mem_bytes:
             return (

@@ -101,6 +101,7 @@ def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
         vector_lanes=lanes,
         vector_registers=registers,
         local_mem_emulated=emulated,
+        registers_per_group=int(device.get("registers_per_group") or 0),
     )
 
 

@@ -59,6 +59,10 @@ class DeviceLimits:
     local_mem_emulated: bool = False
     vector_bits: int = 0  # widest SIMD register of a CPU (0: not known)
     subgroup_size: int = 0  # invocations of a GPU subgroup (0: not known)
+    # The register file one work-group may use, where the driver says (NVIDIA's
+    # cl_nv_device_attribute_query); 0: not known, and the device's own per-kernel
+    # work-group limit is checked after the build instead (measure.runner).
+    registers_per_group: int = 0
 
 
 @dataclass(frozen=True)
