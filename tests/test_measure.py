@@ -183,3 +183,18 @@ def test_registers_per_group_enter_the_fingerprint_only_where_the_driver_says(de
     assert nv.fingerprint()["registers_per_group"] == 65536
     assert nv.key() != device.key()
     assert nv.limits.registers_per_group == 65536 and device.limits.registers_per_group == 0
+
+
+def test_a_gpu_driver_that_no_icd_file_registers_is_named_with_the_fix(tmp_path):
+    """A container with NVIDIA's OpenCL library mounted but no /etc/OpenCL/vendors entry:
+    OpenCL lists only the CPU platform, and autosched says what to write where."""
+    from autosched.measure.device import unregistered_drivers
+
+    lib = tmp_path / "libnvidia-opencl.so.1"
+    lib.write_bytes(b"")
+    (hint,) = unregistered_drivers(["Portable Computing Language"], dirs=(str(tmp_path),))
+    assert str(lib) in hint and "/etc/OpenCL/vendors/nvidia.icd" in hint
+    assert (
+        unregistered_drivers(["NVIDIA CUDA", "Portable Computing Language"], (str(tmp_path),)) == []
+    )
+    assert unregistered_drivers(["Portable Computing Language"], dirs=(str(tmp_path / "no"),)) == []

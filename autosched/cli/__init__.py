@@ -68,6 +68,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
     except DeviceError as exc:
         opencl = ()
         print(f"  none: {exc}")
+    from autosched.measure.device import unregistered_drivers
+
+    for hint in unregistered_drivers([d.platform for d in opencl]):
+        print(f"  hint: {hint}")
     for d in opencl:
         entry("opencl", d, d.index, [
             f"platform: {d.platform} / {d.platform_version}",

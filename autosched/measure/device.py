@@ -8,9 +8,11 @@ returns without touching OpenCL.
 from __future__ import annotations
 
 import hashlib
+import logging
 import re
 from dataclasses import asdict, dataclass
 from functools import lru_cache
+from pathlib import Path
 
 from autosched._version import __version__, tvm_version
 from autosched.errors import DeviceError, InvalidInputError
@@ -19,6 +21,8 @@ from autosched.measure.cpu import HostCPU, cpu_model_id, select_host
 from autosched.records.record import canonical_json
 from autosched.space.device import device_limits
 from autosched.space.space import ALL_TARGETS, DeviceLimits
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -94,6 +98,45 @@ def opencl_family(fingerprint: dict) -> str:
 
 
 _TYPES = {2: "cpu", 4: "gpu", 8: "accelerator"}
+
+# GPU vendors' OpenCL libraries, where their packages and containers put them, and the
+# platform name each registers. A container often has the library (mounted with the
+# driver) but no ICD file naming it in /etc/OpenCL/vendors: OpenCL then lists only the
+# CPU's platform, and a tuner picks it without a word.
+_VENDOR_LIBRARIES = (
+    ("NVIDIA", "nvidia", "libnvidia-opencl.so.1", "NVIDIA CUDA"),
+    ("AMD", "amdocl64", "libamdocl64.so", "AMD Accelerated Parallel Processing"),
+    ("Intel", "intel", "libigdrcl.so", "Intel(R) OpenCL"),
+)
+LIBRARY_DIRS = (
+    "/usr/local/nvidia/lib64",
+    "/usr/lib/x86_64-linux-gnu",
+    "/usr/lib/aarch64-linux-gnu",
+    "/usr/lib64",
+    "/usr/lib",
+    "/opt/rocm/lib",
+    "/usr/lib/x86_64-linux-gnu/intel-opencl",
+)
+
+
+def unregistered_drivers(platforms: list[str], dirs: tuple[str, ...] = LIBRARY_DIRS) -> list[str]:
+    """One line for each GPU vendor's OpenCL library found in ``dirs`` whose platform is
+    not among ``platforms`` (what OpenCL lists), saying how to register it."""
+    hints = []
+    for vendor, icd, library, platform in _VENDOR_LIBRARIES:
+        if any(platform.lower() in p.lower() for p in platforms):
+            continue
+        for folder in dirs:
+            path = Path(folder) / library
+            if path.exists():
+                hints.append(
+                    f"{vendor}'s OpenCL driver is installed ({path}) but no ICD file "
+                    f"registers it, so OpenCL does not list its devices: "
+                    f"`echo {path} > /etc/OpenCL/vendors/{icd}.icd` (or put that file in "
+                    "a folder named by OCL_ICD_VENDORS)"
+                )
+                break
+    return hints
 
 
 def _registers_per_group(cl, d) -> int:
@@ -200,6 +243,9 @@ def select_device(
     accepted = f"an index (0..{len(devices) - 1}), 'platform:device', or part of a device name"
     if selector is None or selector == "":
         gpus = [d for d in devices if d.type == "gpu"]
+        if not gpus:
+            for hint in unregistered_drivers([d.platform for d in devices]):
+                log.warning("%s", hint)
         return (gpus or list(devices))[0]
     text = str(selector).strip()
     if text.isdigit():
