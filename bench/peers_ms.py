@@ -153,8 +153,9 @@ def opencl_target(device: Device) -> dict[str, Any]:
         "max_threads_per_block": device.max_work_group_size,
         "max_num_threads": device.max_work_group_size,
         "max_shared_memory_per_block": device.local_mem_bytes,
-        # No SIMT warps on a CPU device; 1 is also TVM's default for OpenCL.
-        "thread_warp_size": 1,
+        # A GPU's warp or wavefront where its driver says (NVIDIA 32, AMD 32 or 64); no
+        # SIMT warps on a CPU device: 1, also TVM's default for OpenCL.
+        "thread_warp_size": device.subgroup_size or 1,
         "host": host_cpu().tvm_target(),
     }
 

@@ -183,6 +183,9 @@ def test_registers_per_group_enter_the_fingerprint_only_where_the_driver_says(de
     assert nv.fingerprint()["registers_per_group"] == 65536
     assert nv.key() != device.key()
     assert nv.limits.registers_per_group == 65536 and device.limits.registers_per_group == 0
+    assert device.subgroup_size == 0 and "subgroup_size" not in device.fingerprint()
+    warp = dataclasses.replace(nv, subgroup_size=32)
+    assert warp.fingerprint()["subgroup_size"] == 32 and warp.limits.subgroup_size == 32
 
 
 def test_a_gpu_driver_that_no_icd_file_registers_is_named_with_the_fix(tmp_path):

@@ -47,6 +47,7 @@ class Device:
     native_vector_width_float: int = 0
     local_mem_type: str = ""  # "local" (dedicated) or "global" (emulated in memory)
     registers_per_group: int = 0  # where the driver says (NVIDIA); 0: not known
+    subgroup_size: int = 0  # a GPU's warp or wavefront, where the driver says; 0: not known
 
     @property
     def selector(self) -> str:
@@ -63,8 +64,9 @@ class Device:
         # the host's free RAM. Neither changes how a kernel runs.
         for k in ("index", "platform_index", "device_index", "global_mem_bytes"):
             fp.pop(k)
-        if not self.registers_per_group:  # unknown: fingerprints (and keys) stay as before
-            fp.pop("registers_per_group")
+        for vendor_field in ("registers_per_group", "subgroup_size"):
+            if not fp[vendor_field]:  # unknown: fingerprints (and keys) stay as before
+                fp.pop(vendor_field)
         fp["max_work_item_sizes"] = list(self.max_work_item_sizes)
         fp["target"] = target
         fp["autosched_version"] = __version__
@@ -139,11 +141,13 @@ def unregistered_drivers(platforms: list[str], dirs: tuple[str, ...] = LIBRARY_D
     return hints
 
 
-def _registers_per_group(cl, d) -> int:
-    """The registers one work-group may use, where the driver tells (NVIDIA's
-    ``cl_nv_device_attribute_query``; 65,536 on Hopper, CUDA's regsPerBlock); 0 elsewhere."""
-    param = getattr(cl.device_info, "REGISTERS_PER_BLOCK_NV", None)
-    if param is None or "cl_nv_device_attribute_query" not in d.extensions:
+def _vendor_query(cl, d, extension: str, name: str) -> int:
+    """A vendor extension's device property (0 where the driver lacks it or cannot say):
+    NVIDIA's ``cl_nv_device_attribute_query`` gives the registers one work-group may use
+    (65,536 on Hopper, CUDA's regsPerBlock) and the warp size, AMD's
+    ``cl_amd_device_attribute_query`` the wavefront width."""
+    param = getattr(cl.device_info, name, None)
+    if param is None or extension not in d.extensions:
         return 0
     try:
         return int(d.get_info(param))
@@ -188,7 +192,13 @@ def list_devices() -> tuple[Device, ...]:
                     global_mem_bytes=int(d.global_mem_size),
                     native_vector_width_float=int(d.native_vector_width_float),
                     local_mem_type=_LOCAL_MEM_TYPES.get(int(d.local_mem_type), ""),
-                    registers_per_group=_registers_per_group(cl, d),
+                    registers_per_group=_vendor_query(
+                        cl, d, "cl_nv_device_attribute_query", "REGISTERS_PER_BLOCK_NV"
+                    ),
+                    subgroup_size=_vendor_query(
+                        cl, d, "cl_nv_device_attribute_query", "WARP_SIZE_NV"
+                    )
+                    or _vendor_query(cl, d, "cl_amd_device_attribute_query", "WAVEFRONT_WIDTH_AMD"),
                 )
             )
     if not out:

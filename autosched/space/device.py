@@ -102,6 +102,7 @@ def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
         vector_registers=registers,
         local_mem_emulated=emulated,
         registers_per_group=int(device.get("registers_per_group") or 0),
+        subgroup_size=int(device.get("subgroup_size") or 0),
     )
 
 
