@@ -66,3 +66,14 @@ def test_the_terminal_shows_only_autosched_and_the_table_has_numpy(tmp_path):
         assert row in table, table
     vendor = json.loads(out.read_text())["vendor"]
     assert vendor["gflops"] > 0 and vendor["name"].startswith("numpy")
+    # PoCL's device is the host CPU: the numpy row is a peer on it, and says nothing else.
+    assert "host CPU" not in table
+
+
+def test_on_a_gpu_the_numpy_row_says_it_ran_on_the_host_cpu():
+    from autosched.cli import vendor_note
+
+    assert vendor_note("matmul, 16 threads", "cpu") == "matmul, 16 threads"
+    assert vendor_note("matmul, 16 threads", "gpu") == (
+        "matmul, 16 threads; on the host CPU, not the gpu"
+    )

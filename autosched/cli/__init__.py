@@ -220,7 +220,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
         default = "IREE's default config" if args.target.startswith("iree-") else "default schedule"
         rows.append((default, result.default.gflops, result.default.latency_s, ""))
     if vendor is not None:
-        rows.append((vendor["name"], vendor["gflops"], vendor["latency_s"], vendor["method"]))
+        note = vendor_note(vendor["method"], getattr(result.device, "type", "cpu"))
+        rows.append((vendor["name"], vendor["gflops"], vendor["latency_s"], note))
     print(f"{'':<24}{'GFLOP/s':>10}{'ms':>10}{'tuned is':>11}")
     for name, gflops, latency, note in rows:
         ratio = "" if name == "tuned kernel" else f"{b.gflops / gflops:.2f}x"
@@ -231,6 +232,12 @@ def cmd_tune(args: argparse.Namespace) -> int:
     print(f"records    {describe(db)}")
     _write_json(args.json, res)
     return 0
+
+
+def vendor_note(method: str, device_type: str) -> str:
+    """The vendor row's note: numpy runs on the host CPU, which is not the tuned device
+    when that is a GPU (there the row is for scale, not a peer)."""
+    return method if device_type == "cpu" else f"{method}; on the host CPU, not the {device_type}"
 
 
 def _vendor(wl) -> dict | None:
