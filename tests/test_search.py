@@ -96,16 +96,15 @@ def test_on_a_gpu_the_prior_wants_work_items_to_fill_the_device():
     """The H200 sample (bench/replay): a register tile that leaves too few work-items in
     flight starves a GPU, so the prior's ranking of the measured configs follows them
     (Kendall tau 0.21 without the occupancy term, 0.41 with it)."""
-    import gzip
+    from autosched.tuning.replay import read_records
 
     path = Path(__file__).parent.parent / "bench/replay/matmul-512-opencl-h200.jsonl.gz"
-    records = [json.loads(line) for line in gzip.open(path, "rt")]
-    ok = [r for r in records if r["status"] == "ok"]
+    ok = [r for r in read_records(path) if r.ok]
     space = make_space(
-        workload("matmul", M=512, N=512, K=512), limits=device_limits(ok[0]["device"], "opencl")
+        workload("matmul", M=512, N=512, K=512), limits=device_limits(ok[0].device, "opencl")
     )
-    scores = prior_score(featurize(space, [Config(r["config"]) for r in ok]))
-    assert kendall(scores, np.array([r["gflops"] for r in ok])) > 0.35
+    scores = prior_score(featurize(space, [Config(r.config) for r in ok]))
+    assert kendall(scores, np.array([r.gflops for r in ok])) > 0.35
 
 
 # -- the own ensemble --------------------------------------------------------------------

@@ -13,6 +13,8 @@ from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits
 
 LIMITS = DeviceLimits(max_work_group_size=256, max_work_item_size=256, local_mem_bytes=32 * 1024)
+# A random sample of the 512^3 matmul space measured on an NVIDIA H200 (bench/replay).
+H200_SAMPLE = "bench/replay/matmul-512-opencl-h200.jsonl.gz"
 
 
 def test_loop_nest_is_read_from_the_compute():
@@ -114,21 +116,20 @@ def test_a_gpu_s_register_file_bounds_work_items_times_accumulators():
     """The H200 replay sample: every config that failed to launch (OUT_OF_RESOURCES) is
     rejected once the fingerprint carries the registers per work-group, and every one
     that ran is still accepted."""
-    import gzip
     from pathlib import Path
 
     from autosched.space.device import device_limits
+    from autosched.tuning.replay import read_records
 
-    path = Path(__file__).parent.parent / "bench/replay/matmul-512-opencl-h200.jsonl.gz"
-    records = [json.loads(line) for line in gzip.open(path, "rt")]
-    fingerprint = records[0]["device"]
+    records = read_records(Path(__file__).parent.parent / H200_SAMPLE)
+    fingerprint = records[0].device
     wl = workload("matmul", M=512, N=512, K=512)
     plain = make_space(wl, limits=device_limits(fingerprint, "opencl"))
     nv = make_space(
         wl, limits=device_limits({**fingerprint, "registers_per_group": 65536}, "opencl")
     )
-    failed = [Config(r["config"]) for r in records if "OUT_OF_RESOURCES" in r["error"]]
-    ran = [Config(r["config"]) for r in records if r["status"] == "ok"]
+    failed = [Config(r.config) for r in records if "OUT_OF_RESOURCES" in r.error]
+    ran = [Config(r.config) for r in records if r.ok]
     assert len(failed) >= 5 and len(ran) >= 100
     assert all(plain.is_valid(c) for c in failed)  # what the driver alone said before
     assert not any(nv.is_valid(c) for c in failed)

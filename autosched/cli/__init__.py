@@ -47,7 +47,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     a target whose runtime is missing says what to install."""
     from autosched.errors import DeviceError
     from autosched.measure.cpu import host_cpu
-    from autosched.measure.device import list_devices
+    from autosched.measure.device import list_devices, unregistered_drivers
 
     listed: list[dict] = []
 
@@ -68,8 +68,6 @@ def cmd_devices(args: argparse.Namespace) -> int:
     except DeviceError as exc:
         opencl = ()
         print(f"  none: {exc}")
-    from autosched.measure.device import unregistered_drivers
-
     for hint in unregistered_drivers([d.platform for d in opencl]):
         print(f"  hint: {hint}")
     for d in opencl:

@@ -285,11 +285,11 @@ class ContractionSpace(Space):
         if reason:
             return reason
         registers = self.limits.registers_per_group
-        need = threads * (self.reg_elems(config) + REG_OVERHEAD)
-        if registers and need > registers:
+        acc = self.reg_elems(config)
+        if registers and threads * (acc + REG_OVERHEAD) > registers:
             return (
-                f"{threads} work-items x ({self.reg_elems(config)} accumulators + "
-                f"{REG_OVERHEAD}) registers exceed the device's {registers} per work-group"
+                f"{threads} work-items x ({acc} accumulators + {REG_OVERHEAD}) registers "
+                f"exceed the device's {registers} per work-group"
             )
         local = self.local_mem_bytes(config)
         if local > self.limits.local_mem_bytes:
