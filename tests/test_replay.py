@@ -38,6 +38,7 @@ from bench.replay_strategies import KernelTunerReplay, autosched_run  # noqa: E4
 
 ZEN4 = ROOT / "bench" / "replay" / "matmul-512-opencl-zen4.jsonl.gz"
 AWKWARD_ZEN4 = ROOT / "bench" / "replay" / "matmul-127x1000x333-opencl-zen4.jsonl.gz"
+SOFTMAX_ZEN4 = ROOT / "bench" / "replay" / "softmax-1536x128-opencl-zen4.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
@@ -168,31 +169,44 @@ def _as(records, *, epilogue=None, like=None):
     return out
 
 
-def test_twin_tasks_on_one_device_learn_from_each_others_batches(records):
+def test_sibling_tasks_on_one_device_learn_from_each_others_batches(records):
     # One Zen 4 sample as the same matmul under two epilogues (twins: the same knobs),
-    # plus another shape on that device, tuned side by side from an empty database:
-    # each twin sees the other's measurements as they come back, as a resumed run
-    # would see them in the database; the other shape's stay its own.
+    # another matmul shape (kin: the same space kind) and a softmax (another kind) on
+    # that device, tuned side by side from an empty database: each matmul task sees
+    # the other matmuls' measurements as they come back, as a resumed run would see
+    # them in the database; the softmax's stay its own, and it sees none of theirs.
     square = records[:48]
     other = _as(read_records(AWKWARD_ZEN4)[:48], like=square[0])
+    softmax = _as(read_records(SOFTMAX_ZEN4)[:48], like=square[0])
     caches = caches_from_records(
-        _as(square, epilogue="bias") + _as(square, epilogue="bias_relu") + other
+        _as(square, epilogue="bias") + _as(square, epilogue="bias_relu") + other + softmax
     )
     assert len({c.slot for c in caches}) == 1
     job = Job(
-        name="twins",
+        name="siblings",
         tasks=tuple(Task(f"t{i}", c.workload, "opencl", 16) for i, c in enumerate(caches)),
         strategy="model",
         seed=2,
         batch=8,
     )
     result = run_job(job, ReplayRunner(caches), SQLiteDatabase(":memory:"), finalists=0)
-    bias, bias_relu, awkward = result.pairs
-    for pair, twin in ((bias, bias_relu), (bias_relu, bias)):
-        assert len(twin.measured) == 16
-        seen = {r.config_key for r in pair.search.own if r.workload_key != pair.task.workload.key}
-        assert seen == twin.measured
-    assert {r.workload_key for r in awkward.search.own} == {awkward.task.workload.key}
+    by_op = {}
+    for pair in result.pairs:
+        by_op.setdefault(pair.task.workload.op, []).append(pair)
+    matmuls, (rowwise,) = by_op["matmul"], by_op["softmax"]
+    assert len(matmuls) == 3
+    for pair in matmuls:
+        seen = {
+            (r.workload_key, r.config_key)
+            for r in pair.search.own
+            if r.workload_key != pair.task.workload.key
+        }
+        expected = {
+            (o.task.workload.key, key) for o in matmuls if o is not pair for key in o.measured
+        }
+        assert all(len(o.measured) == 16 for o in matmuls)
+        assert seen == expected
+    assert {r.workload_key for r in rowwise.search.own} == {rowwise.task.workload.key}
 
 
 def test_transfer_history_reaches_the_strategy(records, small):

@@ -347,10 +347,19 @@ def _epilogue(records, epilogue):
     return out
 
 
-def test_the_best_configs_of_a_twin_workload_on_this_device_are_parents(records, limits):
+def _best_per_workload(records) -> dict[str, Record]:
+    best: dict[str, Record] = {}
+    for r in records:
+        if r.ok and (r.workload_key not in best or score(r) > score(best[r.workload_key])):
+            best[r.workload_key] = r
+    return best
+
+
+def test_the_best_configs_of_twin_and_kin_workloads_on_this_device_are_parents(records, limits):
     # The same matmul with a bias (a twin: the same knobs) measured on this device:
     # its best configs seed the population as this workload's own best would. Other
-    # shapes (kin, not twins) teach the model but are not parents.
+    # shapes (kin) teach the model, and the best config of each, where valid here,
+    # is a parent too.
     target = _one_shape(records)
     twin = _epilogue(target, "bias")
     kin = _epilogue([r for r in records if r.workload_key != target[0].workload_key], "bias")
@@ -359,13 +368,21 @@ def test_the_best_configs_of_a_twin_workload_on_this_device_are_parents(records,
         space, rng=np.random.default_rng(0), space_for=_space_for(limits), family="mine"
     )
     search.observe(kin)
-    assert search._parents() == []
+    search._fit()
+    kin_best = [Config(r.config) for r in _best_per_workload(kin).values()]
+    valid_kin = {c.key for c in kin_best if space.is_valid(c)}
+    assert len(_best_per_workload(kin)) >= 2 and valid_kin
+    assert {c.key for c in search._parents()} == valid_kin
     search.observe(twin)
-    parents = search._parents()
+    parents = {c.key for c in search._parents()}
     ranked = sorted((r for r in twin if r.ok), key=score, reverse=True)
-    assert parents and {c.key for c in parents} <= {r.config_key for r in ranked}
-    assert ranked[0].config_key in {c.key for c in parents}
-    # The twin's best configs are measured here as they are, first, once.
+    assert parents - valid_kin and parents - valid_kin <= {r.config_key for r in ranked}
+    assert ranked[0].config_key in parents
+    # The twin's best configs are measured here as they are, first, once; so is one
+    # best config of a kin workload per batch, each once.
     batch = search.propose(8)
     assert batch[0].key == ranked[0].config_key
-    assert ranked[0].config_key not in {c.key for c in search.propose(8)}
+    assert len({c.key for c in batch} & valid_kin) >= 1
+    later = search.propose(8)
+    assert ranked[0].config_key not in {c.key for c in later}
+    assert not {c.key for c in later} & {c.key for c in batch}

@@ -78,6 +78,8 @@ class EvolutionarySearch:
         self.seen: set[str] = set()
         self._kind: dict[str, bool] = {}  # workload key -> its space is of this kind
         self._twin: dict[str, bool] = {}  # workload key -> its space has these knobs
+        self._kin_records: list[Record] = []  # this device's, other workloads of this kind
+        self._kin_fitted = 1  # records the kin transfer source was last fitted on
         self._dirty = True
 
     def observe(self, records: Sequence[Record]) -> None:
@@ -121,6 +123,19 @@ class EvolutionarySearch:
             out += [Config(r.config) for r in recs[:per_twin]]
         return out
 
+    def _kin_best(self, per_workload: int) -> list[Config]:
+        """The ``per_workload`` best configs this device measured for each other workload
+        of this space's kind that is not a twin (a model's other convolutions)."""
+        by_workload: dict[str, list[Record]] = defaultdict(list)
+        for r in self._kin_records:
+            if r.ok:
+                by_workload[r.workload_key].append(r)
+        out = []
+        for recs in by_workload.values():
+            recs.sort(key=score, reverse=True)
+            out += [Config(r.config) for r in recs[:per_workload]]
+        return out
+
     def _is_twin(self, record: Record) -> bool:
         if record.workload_key not in self._twin:
             try:
@@ -150,8 +165,13 @@ class EvolutionarySearch:
         kin: list[Record] = []
         for r in rest:
             (twins if self._is_twin(r) else kin).append(r)
-        if kin:
+        self._kin_records = kin
+        # Siblings tuned side by side keep adding records: the kin source is refitted
+        # each time they have doubled since its last fit.
+        if len(kin) >= 2 * self._kin_fitted:
+            self.blend.transfer.pop("kin", None)
             self.blend.add_transfer("kin", kin, self.space_for)
+            self._kin_fitted = len(kin)
         self.blend.refit(mine + twins, mine, self.space_for)
         self._dirty = False
 
@@ -164,6 +184,9 @@ class EvolutionarySearch:
         # What this device measured best for twin workloads (the same loop nest under
         # another epilogue): their configs are this one's.
         parents += self._twin_best(max(1, self.elites // 4))
+        # And what it measured best for other workloads of this kind (other shapes):
+        # seeds whose mutations the blend ranks, where valid here.
+        parents += self._kin_best(1)
         # What other devices found best for this workload, where valid here.
         for recs in self.others.values():
             theirs = sorted((r for r in recs if r.workload_key == key and r.ok), key=score)
@@ -205,6 +228,17 @@ class EvolutionarySearch:
         for c in self._twin_best(2):
             if c.key not in self.seen and len(first) < max(1, n // 4) and self.space.is_valid(c):
                 first.setdefault(c.key, c)
+        # So is the best of another workload of this kind (one per batch, the one the
+        # blend ranks highest): a model's convolutions of other shapes often share
+        # their best register tile and loop order, which a search from scratch can miss.
+        kin = [
+            c
+            for c in dict((c.key, c) for c in self._kin_best(1)).values()
+            if c.key not in self.seen and c.key not in first and self.space.is_valid(c)
+        ]
+        if kin and len(first) < n:
+            top = kin[int(np.argmax(self.blend.score(kin)))]
+            first[top.key] = top
         fresh = [c for c in fresh if c.key not in first]
         scores = self.blend.score(fresh)
         ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]

@@ -271,7 +271,7 @@ def _run_job(
                     for c in configs
                 ]
             batch = _store(db, pair, configs, result)
-            for other in _twin_pairs(pairs, pair):
+            for other in _sibling_pairs(pairs, pair):
                 other.search.observe(batch)
             if progress:
                 devices = sum(s.count for s in slots.values())
@@ -315,19 +315,22 @@ def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str
     return waiting
 
 
-def _twin_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
-    """The other pairs that learn from ``pair``'s measurements as they come back: the
-    same loop nest under another epilogue (:meth:`Space.is_twin`) on the same device
-    and target. Without this, twins tuned side by side (a convolution with and without
-    a residual add) would each start from nothing, and one given few trials would stay
-    far behind its twin; a resumed run sees such records in the database anyway."""
+def _sibling_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
+    """The other pairs that learn from ``pair``'s measurements as they come back: those
+    of the same space kind on the same device and target. A twin (the same loop nest
+    under another epilogue: a convolution with and without a residual add) takes them
+    as its own data; another shape of the kind (a model's other convolutions) as a
+    transfer source and its best configs as seeds. Without this, tasks tuned side by
+    side would each start from nothing, and one given few trials would stay far behind
+    a sibling that found the register tile they share; a resumed run sees such records
+    in the database anyway."""
     return [
         other
         for other in pairs
         if other is not pair
         and other.slot.device_key == pair.slot.device_key
         and other.task.target == pair.task.target
-        and other.space.is_twin(pair.space)
+        and type(other.space) is type(pair.space)
     ]
 
 
