@@ -169,8 +169,7 @@ class EvolutionarySearch:
         # Siblings tuned side by side keep adding records: the kin source is refitted
         # each time they have doubled since its last fit.
         if len(kin) >= 2 * self._kin_fitted:
-            self.blend.transfer.pop("kin", None)
-            self.blend.add_transfer("kin", kin, self.space_for)
+            self.blend.add_transfer("kin", kin, self.space_for, replace=True)
             self._kin_fitted = len(kin)
         self.blend.refit(mine + twins, mine, self.space_for)
         self._dirty = False

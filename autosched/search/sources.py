@@ -118,12 +118,14 @@ class Blend:
         space_for: Callable[[dict], Space],
         *,
         similar: float = 1.0,
+        replace: bool = False,
     ) -> None:
-        """Fit a transfer source on another device family's records (once per family);
+        """Fit a transfer source on another device family's records (once per family,
+        unless ``replace``: a refit on more records, kept only if it learned);
         ``similar``: how alike that family's device is to this one."""
         from autosched.cost_model import make_model
 
-        if family in self.transfer:
+        if family in self.transfer and not replace:
             return
         X, y, g = training_set(records, space_for, names=self.names)
         model = make_model(self.kind, seed=self.seed).fit(X, y, g)
