@@ -1,16 +1,18 @@
 """Model-guided evolutionary search: the default strategy.
 
 Each batch: refit the blend of sources (:mod:`autosched.search.sources`: the device
-prior, transfer models of other device families, and an ensemble fitted on this device
-family's records, every source weighed by how well it ranks this workload's own
-measurements); grow a population from random valid configs, mutations of the best
-measured ones, the best configs of twin workloads on this device (the same loop nest
-under another epilogue: a convolution with and without a residual add) and the best
-configs other devices found; evolve it for a few generations by mutation and
-crossover, ranking by the blend; then propose a twin's best configs not yet measured
-here, and the blend's top picks, each differing from the others of its batch in at
-least two knobs, with an ``epsilon`` share of random configs so the model keeps seeing
-where it is wrong.
+prior, transfer models of other device families and of this device's other workloads
+of the same kind, and an ensemble fitted on this device family's records, every source
+weighed by how well it ranks this workload's own measurements); grow a population from
+random valid configs, mutations of the best measured ones, the best configs of twin
+workloads on this device (the same loop nest under another epilogue: a convolution
+with and without a residual add), the best config of each other workload of the kind
+(a model's other convolutions) and the best configs other devices found; evolve it for
+a few generations by mutation and crossover, ranking by the blend; then propose a
+twin's best configs not yet measured here, the best config of another workload of the
+kind that the blend ranks highest, and the blend's top picks, each differing from the
+others of its batch in at least two knobs, with an ``epsilon`` share of random configs
+so the model keeps seeing where it is wrong.
 """
 
 from __future__ import annotations
