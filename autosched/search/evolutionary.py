@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -115,28 +115,13 @@ class EvolutionarySearch:
     def _twin_best(self, per_twin: int) -> list[Config]:
         """The ``per_twin`` best configs this device measured for each twin workload."""
         key = self.space.workload.key
-        twins: dict[str, list[Record]] = defaultdict(list)
-        for r in self.own:
-            if r.workload_key != key and r.ok and self._is_twin(r):
-                twins[r.workload_key].append(r)
-        out = []
-        for recs in twins.values():
-            recs.sort(key=score, reverse=True)
-            out += [Config(r.config) for r in recs[:per_twin]]
-        return out
+        twins = (r for r in self.own if r.workload_key != key and self._is_twin(r))
+        return _best_per_workload(twins, per_twin)
 
     def _kin_best(self, per_workload: int) -> list[Config]:
         """The ``per_workload`` best configs this device measured for each other workload
         of this space's kind that is not a twin (a model's other convolutions)."""
-        by_workload: dict[str, list[Record]] = defaultdict(list)
-        for r in self._kin_records:
-            if r.ok:
-                by_workload[r.workload_key].append(r)
-        out = []
-        for recs in by_workload.values():
-            recs.sort(key=score, reverse=True)
-            out += [Config(r.config) for r in recs[:per_workload]]
-        return out
+        return _best_per_workload(self._kin_records, per_workload)
 
     def _is_twin(self, record: Record) -> bool:
         if record.workload_key not in self._twin:
@@ -252,6 +237,19 @@ class EvolutionarySearch:
             picked += [rest[i] for i in sorted(idx)]
         self.seen.update(c.key for c in picked)
         return picked
+
+
+def _best_per_workload(records: Iterable[Record], per_workload: int) -> list[Config]:
+    """The ``per_workload`` best configs of ``records`` that ran, for each workload."""
+    by_workload: dict[str, list[Record]] = defaultdict(list)
+    for r in records:
+        if r.ok:
+            by_workload[r.workload_key].append(r)
+    out = []
+    for recs in by_workload.values():
+        recs.sort(key=score, reverse=True)
+        out += [Config(r.config) for r in recs[:per_workload]]
+    return out
 
 
 def diverse(ranked: Sequence[Config], n: int, *, min_distance: int = 2) -> list[Config]:
