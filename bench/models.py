@@ -75,6 +75,7 @@ class TunedBuild(Protocol):
 
 # The hook points: None leaves the column empty (and says so in the JSON).
 TUNED: dict[str, TunedBuild | None] = {"autosched": None, "metaschedule": None}
+NOT_RUN = {"metaschedule": "not run in this run: --metaschedule fills this column"}
 
 
 @dataclass(frozen=True)
@@ -222,9 +223,7 @@ def bench_model(
     for tuner, hook in TUNED.items():
         if hook is None:
             for n in trials:
-                tuned[f"{tuner}@{n}"] = {
-                    "status": f"not wired: bench.models.TUNED[{tuner!r}] is None"
-                }
+                tuned[f"{tuner}@{n}"] = {"status": NOT_RUN.get(tuner, "not run")}
             continue
         # One run per tuner, built at each budget: every step resumes from what the
         # work folder holds and adds the trials up to the next budget, as a user who
