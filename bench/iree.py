@@ -14,9 +14,11 @@ shared and noisy, so only figures from one window are compared. The database per
 each call resumes where the last stopped. Prints a table and merges its rows into
 bench/results/iree.json.
 
-Shapes: matmul 512^3; conv2d NHWC n=2, c=32, 28x28, k=64, 3x3, pad 1 (a batch of 2:
-IREE folds a unit batch away before the SPIR-V config is chosen, dropping a
-``compilation_info`` written on the named op).
+Workloads (``--op``): ``matmul`` 512^3; ``conv2d`` NHWC n=2, c=32, 28x28, k=64, 3x3,
+pad 1; ``conv2d-resnet`` NHWC n=2, c=64, 56x56, k=64, 3x3, pad 1 (ResNet's first stage,
+eight times the work). Convolutions run a batch of 2: IREE folds a unit batch away
+before the SPIR-V config is chosen, dropping a ``compilation_info`` written on the
+named op. Each row names the CPU it ran on (the file gathers rows of several runs).
 """
 
 from __future__ import annotations
@@ -43,9 +45,14 @@ from bench.interleave import measure_round
 from bench.peers_retime import Vendor
 
 RESULTS = Path(__file__).resolve().parent / "results" / "iree.json"
+# --op name -> (autosched operator, its parameters)
 WORKLOADS = {
-    "matmul": dict(M=512, N=512, K=512),
-    "conv2d": dict(n=2, c=32, h=28, w=28, k=64, r=3, s=3, pad=1, layout="NHWC"),
+    "matmul": ("matmul", dict(M=512, N=512, K=512)),
+    "conv2d": ("conv2d", dict(n=2, c=32, h=28, w=28, k=64, r=3, s=3, pad=1, layout="NHWC")),
+    "conv2d-resnet": (
+        "conv2d",
+        dict(n=2, c=64, h=56, w=56, k=64, r=3, s=3, pad=1, layout="NHWC"),
+    ),
 }
 
 
@@ -97,7 +104,8 @@ def side_by_side(wl, dev, target: str, configs: dict[str, dict], *, rounds: int)
 
 
 def run_one(target: str, op: str, *, trials: int, db: str, batch: int, rounds: int) -> dict:
-    wl = autosched.workload(op, **WORKLOADS[op])
+    operator, params = WORKLOADS[op]
+    wl = autosched.workload(operator, **params)
     dev = select_device(None, target=target)
     start = time.perf_counter()
     result = tune(wl, trials=trials, batch=batch, db=db, device=dev, target=target, seed=0)
@@ -116,6 +124,7 @@ def run_one(target: str, op: str, *, trials: int, db: str, batch: int, rounds: i
         "workload": wl.to_json(),
         "device": dev.name,
         "device_fingerprint": dev.fingerprint(target),
+        "cpu": _cpu(),
         "trials": result.trials,
         "new_trials": result.new_trials,
         "wall_s": wall,
@@ -139,16 +148,30 @@ def run_one(target: str, op: str, *, trials: int, db: str, batch: int, rounds: i
     return row
 
 
+def _cpu() -> dict:
+    """The host CPU (model and ISA), as every row of the file records it."""
+    from autosched.measure.cpu import host_cpu
+
+    c = host_cpu()
+    return {
+        "name": c.name,
+        "mcpu": c.mcpu,
+        "model": c.model_id,
+        "cores": c.cores,
+        "isa": list(c.isa),
+    }
+
+
 def _fmt(x: float | None, spec: str) -> str:
     return format(x, spec) if x is not None else "-"
 
 
 def print_table(rows: list[dict]) -> None:
-    head = f"{'target':<15}{'op':<8}{'trials':>7}{'tuned ms':>10}{'IREE ms':>10}{'numpy ms':>10}"
+    head = f"{'target':<15}{'op':<15}{'trials':>7}{'tuned ms':>10}{'IREE ms':>10}{'numpy ms':>10}"
     print(head + f"{'vs IREE':>9}{'vs numpy':>10}")
     for r in rows:
         print(
-            f"{r['target']:<15}{r['op']:<8}{r['trials']:>7}{_fmt(r['tuned_ms'], '.3f'):>10}"
+            f"{r['target']:<15}{r['op']:<15}{r['trials']:>7}{_fmt(r['tuned_ms'], '.3f'):>10}"
             f"{_fmt(r['iree_default_ms'], '.3f'):>10}{_fmt(r['numpy_ms'], '.3f'):>10}"
             f"{_fmt(r['vs_iree_default'], '.2f'):>8}x{_fmt(r['vs_numpy'], '.2f'):>9}x"
         )
@@ -157,12 +180,15 @@ def print_table(rows: list[dict]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="iree-llvm-cpu,iree-vulkan")
-    ap.add_argument("--op", default="matmul,conv2d")
+    ap.add_argument("--op", default="matmul,conv2d", help=f"of {', '.join(WORKLOADS)}")
     ap.add_argument("--trials", type=int, default=64)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--db", default="/tmp/autosched-bench-iree.db")
     ap.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds")
     args = ap.parse_args()
+    unknown = [op for op in args.op.split(",") if op not in WORKLOADS]
+    if unknown:
+        ap.error(f"unknown --op {', '.join(unknown)}; accepted: {', '.join(WORKLOADS)}")
     logging.basicConfig(level=logging.WARNING)
     data = json.loads(RESULTS.read_text()) if RESULTS.exists() else {"rows": []}
     rows = {(r["target"], r["op"]): r for r in data["rows"]}
@@ -171,22 +197,8 @@ def main() -> None:
             rows[(target, op)] = run_one(
                 target, op, trials=args.trials, db=args.db, batch=args.batch, rounds=args.rounds
             )
-    cpu = {}
-    try:
-        from autosched.measure.cpu import host_cpu
-
-        c = host_cpu()
-        cpu = {
-            "name": c.name,
-            "mcpu": c.mcpu,
-            "model": c.model_id,
-            "cores": c.cores,
-            "isa": list(c.isa),
-        }
-    except Exception:  # the figures stand without it
-        pass
     out = {
-        "machine": {"cpu": cpu, "python": platform.python_version()},
+        "machine": {"cpu": _cpu(), "python": platform.python_version(), "of": "the last run"},
         "rows": sorted(rows.values(), key=lambda r: (r["target"], r["op"])),
     }
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")
