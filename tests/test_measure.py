@@ -9,7 +9,7 @@ import pytest
 
 from autosched.measure.build import build
 from autosched.measure.program import KernelProgram
-from autosched.measure.runner import TimingOptions
+from autosched.measure.runner import OpenCLRunner, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import workload
 from autosched.space.config import Config
@@ -61,6 +61,26 @@ def test_built_kernels_compute_the_reference(device, worker, name, epilogue):
     outcome = worker.measure(program, make_data(wl), FAST)
     assert outcome.status == "ok", outcome.error
     assert len(outcome.latencies) >= 2 and all(t > 0 for t in outcome.latencies)
+
+
+def test_a_short_kernel_is_timed_over_launches_queued_back_to_back(device, worker):
+    # One launch of a kernel of microseconds on PoCL's CPU device runs on one core or
+    # on two by whether its second worker thread happens to be awake: a sample is
+    # launches queued back to back for at least a millisecond, their mean per launch.
+    wl = workload("matmul", M=64, N=96, K=48)
+    space = make_space(wl, limits=device.limits)
+    program = build(space, space.default())
+    outcome = worker.measure(program, make_data(wl), FAST)
+    assert outcome.status == "ok", outcome.error
+    assert outcome.calls_per_sample > 1
+    per_sample = outcome.calls_per_sample * min(outcome.latencies)
+    assert per_sample >= 0.2 * OpenCLRunner.MIN_SAMPLE_S  # launches queue faster than one blocks
+    # A kernel longer than a sample is one launch per sample.
+    big = workload("matmul", M=512, N=512, K=512)
+    space = make_space(big, limits=device.limits)
+    outcome = worker.measure(build(space, space.default()), make_data(big), FAST)
+    assert outcome.status == "ok", outcome.error
+    assert outcome.calls_per_sample == 1 or min(outcome.latencies) < OpenCLRunner.MIN_SAMPLE_S
 
 
 def test_launch_geometry_comes_from_tvm(device):

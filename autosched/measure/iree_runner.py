@@ -204,4 +204,4 @@ class IreeRunner:
                 latencies.append((time.perf_counter() - start) / number)
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"call failed: {_first_lines(exc)}")
-        return RunOutcome(OK, "", tuple(latencies), compile_s)
+        return RunOutcome(OK, "", tuple(latencies), compile_s, calls_per_sample=number)

@@ -49,14 +49,25 @@ class TestData:
 
 @dataclass(frozen=True)
 class RunOutcome:
+    """What one run of a program gave: its status, and when it ran, one latency per
+    sample, each the mean of ``calls_per_sample`` calls made back to back."""
+
     status: str
     error: str = ""
     latencies: tuple[float, ...] = ()
     compile_s: float = 0.0
+    calls_per_sample: int = 1
 
 
 class OpenCLRunner:
     """Owns one OpenCL context and queue; runs programs against cached test data."""
+
+    # A sample of a short kernel is this long at least: launches queued back to back,
+    # their profiled span over their count. One launch of a kernel of some 100 us on
+    # PoCL's CPU device ran at one core's speed or at two by whether its second worker
+    # thread was awake, so a config measured 2x apart from one batch to the next
+    # (a softmax on Zen 4); queued launches keep the workers busy and agree within 10 %.
+    MIN_SAMPLE_S = 1e-3
 
     def __init__(self, platform_index: int, device_index: int) -> None:
         import pyopencl as cl
@@ -118,7 +129,7 @@ class OpenCLRunner:
             for kern, launch in zip(kernels, program.kernels):
                 kern.set_args(*(bufs[i] for i in launch.args))
 
-            def launch_all():
+            def launch_all(wait: bool = True):
                 events = [
                     cl.enqueue_nd_range_kernel(
                         self.queue, kern, launch.global_size, launch.local_size
@@ -126,7 +137,8 @@ class OpenCLRunner:
                     for kern, launch in zip(kernels, program.kernels)
                 ]
                 # A blocking wait: busy-polling takes a core from PoCL's workers.
-                events[-1].wait()
+                if wait:
+                    events[-1].wait()
                 return events
 
             launch_all()  # compiles for this local size, and gives the result to check
@@ -138,18 +150,26 @@ class OpenCLRunner:
                     return RunOutcome(WRONG_RESULT, f"{name}: {problem}", compile_s=compile_s)
             for _ in range(options.warmup):
                 launch_all()
+            start = time.perf_counter()  # one more launch, timed: how many make a sample
+            launch_all()
+            estimate = max(time.perf_counter() - start, 1e-7)
+            number, _ = timing_plan(estimate, options, min_sample_s=self.MIN_SAMPLE_S)
             latencies: list[float] = []
             while len(latencies) < options.max_repeats and (
-                len(latencies) < options.min_repeats or sum(latencies) < options.min_time_s
+                len(latencies) < options.min_repeats or sum(latencies) * number < options.min_time_s
             ):
                 start = time.perf_counter()
-                events = launch_all()
-                wall = time.perf_counter() - start
-                profiled = (events[-1].profile.end - events[0].profile.start) * 1e-9
+                first = launch_all(wait=number == 1)
+                last = first
+                for _ in range(number - 1):
+                    last = launch_all(wait=False)
+                last[-1].wait()
+                wall = (time.perf_counter() - start) / number
+                profiled = (last[-1].profile.end - first[0].profile.start) * 1e-9 / number
                 latencies.append(_believable(profiled, wall))
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"launch failed: {_first_lines(exc)}")
-        return RunOutcome(OK, "", tuple(latencies), compile_s)
+        return RunOutcome(OK, "", tuple(latencies), compile_s, calls_per_sample=number)
 
 
 def over_group_limit(allowed: list[int], local_sizes: list) -> str:
@@ -263,7 +283,7 @@ class CpuRunner:
             latencies = tuple(float(t) for t in timer(*args).results)
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"call failed: {_first_lines(exc)}")
-        return RunOutcome(OK, "", latencies, compile_s)
+        return RunOutcome(OK, "", latencies, compile_s, calls_per_sample=number)
 
 
 def timing_plan(
