@@ -159,13 +159,10 @@ class OpenCLRunner:
                 len(latencies) < options.min_repeats or sum(latencies) * number < options.min_time_s
             ):
                 start = time.perf_counter()
-                first = launch_all(wait=number == 1)
-                last = first
-                for _ in range(number - 1):
-                    last = launch_all(wait=False)
-                last[-1].wait()
+                runs = [launch_all(wait=False) for _ in range(number)]
+                runs[-1][-1].wait()
                 wall = (time.perf_counter() - start) / number
-                profiled = (last[-1].profile.end - first[0].profile.start) * 1e-9 / number
+                profiled = (runs[-1][-1].profile.end - runs[0][0].profile.start) * 1e-9 / number
                 latencies.append(_believable(profiled, wall))
         except Exception as exc:
             return RunOutcome(RUN_ERROR, f"launch failed: {_first_lines(exc)}")
