@@ -124,7 +124,7 @@ def run_one(target: str, op: str, *, trials: int, db: str, batch: int, rounds: i
         "workload": wl.to_json(),
         "device": dev.name,
         "device_fingerprint": dev.fingerprint(target),
-        "cpu": _cpu(),
+        "cpu": cpu_summary(),
         "trials": result.trials,
         "new_trials": result.new_trials,
         "wall_s": wall,
@@ -148,8 +148,8 @@ def run_one(target: str, op: str, *, trials: int, db: str, batch: int, rounds: i
     return row
 
 
-def _cpu() -> dict:
-    """The host CPU (model and ISA), as every row of the file records it."""
+def cpu_summary() -> dict:
+    """The host CPU (model, cores and ISA) as the IREE benchmarks' JSON records it."""
     from autosched.measure.cpu import host_cpu
 
     c = host_cpu()
@@ -198,7 +198,11 @@ def main() -> None:
                 target, op, trials=args.trials, db=args.db, batch=args.batch, rounds=args.rounds
             )
     out = {
-        "machine": {"cpu": _cpu(), "python": platform.python_version(), "of": "the last run"},
+        "machine": {
+            "cpu": cpu_summary(),
+            "python": platform.python_version(),
+            "of": "the last run",
+        },
         "rows": sorted(rows.values(), key=lambda r: (r["target"], r["op"])),
     }
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")

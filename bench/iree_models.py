@@ -210,24 +210,14 @@ def main(argv: list[str] | None = None) -> int:
         args.model, target=args.target, trials=args.trials, db_path=args.db, tiny=args.tiny,
         rounds=args.rounds, round_s=args.round_s,
     )  # fmt: skip
-    from autosched.measure.cpu import host_cpu
+    from bench.iree import cpu_summary
 
-    c = host_cpu()
     path = Path(args.results)
     data = json.loads(path.read_text()) if path.exists() else {"rows": []}
     rows = {(r["model"], r["target"], r["factory"]): r for r in data["rows"]}
     rows[(res["model"], res["target"], res["factory"])] = res
     out = {
-        "machine": {
-            "cpu": {
-                "name": c.name,
-                "mcpu": c.mcpu,
-                "model": c.model_id,
-                "cores": c.cores,
-                "isa": list(c.isa),
-            },
-            "python": platform.python_version(),
-        },
+        "machine": {"cpu": cpu_summary(), "python": platform.python_version()},
         "rows": sorted(rows.values(), key=lambda r: (r["model"], r["target"], r["factory"])),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
