@@ -66,7 +66,8 @@ class OpenCLRunner:
     # their profiled span over their count. One launch of a kernel of some 100 us on
     # PoCL's CPU device ran at one core's speed or at two by whether its second worker
     # thread was awake, so a config measured 2x apart from one batch to the next
-    # (a softmax on Zen 4); queued launches keep the workers busy and agree within 10 %.
+    # (a softmax on Zen 4); queued launches keep the workers busy, and such slow
+    # outliers went from about half the measurements to about one in fifteen.
     MIN_SAMPLE_S = 1e-3
 
     def __init__(self, platform_index: int, device_index: int) -> None:
