@@ -142,6 +142,30 @@ def test_prior_prefers_what_runs_fast_on_pocl():
     assert scores[0] > scores[1]
 
 
+def test_prior_charges_padding_and_wants_tasks_only_to_fill_a_cpus_cores():
+    cpu = DeviceLimits(is_cpu=True, cores=2, compute_units=2, vector_lanes=16, vector_registers=32)
+    space = make_space(workload("matmul", M=127, N=1000, K=333), target="llvm", limits=cpu)
+    names = feature_names(space)
+    col = {n: names.index(n) for n in ("log_pad_waste", "log_groups", "dev_is_cpu")}
+    rng = np.random.default_rng(0)
+    padded = next(c for c in space.sample(rng, 2000) if space.pad_waste(c) > 1.05)
+    row = featurize(space, [padded])[0]
+    assert row[col["log_pad_waste"]] == pytest.approx(math.log2(space.pad_waste(padded)))
+    unpadded = row.copy()
+    unpadded[col["log_pad_waste"]] = 0.0
+    gap = prior_score(np.stack([unpadded, row]))
+    assert gap[0] - gap[1] == pytest.approx(math.log2(space.pad_waste(padded)), rel=1e-5)
+    # Two tasks on two cores keep both busy; four change nothing on a CPU. A GPU
+    # wants two work-groups per compute unit: the same rows read as a GPU's differ.
+    two, four = unpadded.copy(), unpadded.copy()
+    two[col["log_groups"]], four[col["log_groups"]] = 1.0, 2.0
+    on_cpu = prior_score(np.stack([two, four]))
+    assert on_cpu[0] == pytest.approx(on_cpu[1])
+    two[col["dev_is_cpu"]] = four[col["dev_is_cpu"]] = 0.0
+    on_gpu = prior_score(np.stack([two, four]))
+    assert on_gpu[1] - on_gpu[0] == pytest.approx(0.5, rel=1e-5)
+
+
 def test_prior_ranks_recorded_configs_better_than_random(records, space_for):
     tops, randoms = [], []
     for key in _workload_keys(records):

@@ -259,6 +259,7 @@ class IreeSpace(Space):
             "staged": staged,
             "log_work_items": math.log2(threads * self.tasks(config)),
             "log_unroll": math.log2(red),
+            "log_pad_waste": 0.0,  # IREE pads or peels in its own pipeline: not modelled
             "auto": float(auto),
             "peel": float(bool(config.get("peel", False))),
             "log_tile_outputs": math.log2(outputs),

@@ -343,6 +343,7 @@ class RowSpace(Space):
             "staged": float(cross),
             "log_work_items": math.log2(threads * groups),
             "log_unroll": math.log2(unroll),
+            "log_pad_waste": 0.0,  # rows are never padded to whole tiles
             "reduce_group": float(group_mode),
             "fused_stages": float(fused),
             "unfused_stages": float(len(nest.stages) - fused),
