@@ -20,7 +20,7 @@ from autosched.records.record import Record
 from autosched.search import make_strategy
 from autosched.search.base import score
 from autosched.search.evolutionary import EvolutionarySearch, diverse
-from autosched.search.sources import Blend, kendall
+from autosched.search.sources import Blend, kendall, tau_noise
 from autosched.space.config import Config
 from autosched.space.device import device_limits, similarity, vector_shape
 from autosched.space.select import make_space
@@ -191,6 +191,29 @@ def test_transfer_from_another_device_family(records, limits):
     search.observe(upside_down)
     search.propose(8)
     assert search.blend.weights()["transfer:other-device"] == 0.0
+
+
+def test_a_transfer_source_steers_only_by_what_it_ranks_beyond_chance(records, limits):
+    target = [r for r in _one_shape(records) if r.ok]
+    theirs = _other_device_records(records, target)
+    space_for = _space_for(limits)
+    space = space_for(target[0].workload)
+    blend = Blend(space, seed=0, members=3)
+    blend.add_transfer("other-device", theirs, space_for)
+    model = blend.transfer["other-device"].predict
+    X = featurize(space, [Config(r.config) for r in target])
+    # This device agrees with the other one's model in part: a noisy copy of its ranking.
+    noisy = model(X) + np.random.default_rng(1).normal(0, 2 * np.std(model(X)), len(X))
+    mine = _relabel(target, 1.0 + ranks_of(noisy))
+    for n in (9, 40):
+        blend.refit(mine[:n], mine[:n], space_for)
+        tau = kendall(model(X[:n]), np.array([r.gflops for r in mine[:n]]))
+        assert tau > 0
+        w = blend.weights()
+        assert w["transfer:other-device"] == pytest.approx(max(0.0, tau - tau_noise(n)))
+        assert w["transfer:other-device"] < tau
+    assert tau_noise(9) == pytest.approx(0.2665, abs=1e-3)
+    assert tau_noise(40) == pytest.approx(0.1100, abs=1e-3)
 
 
 def test_before_any_measurement_each_source_s_top_picks_come_first(records, limits):
