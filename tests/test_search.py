@@ -201,13 +201,14 @@ def test_a_transfer_source_steers_only_by_what_it_ranks_beyond_chance(records, l
     blend = Blend(space, seed=0, members=3)
     blend.add_transfer("other-device", theirs, space_for)
     model = blend.transfer["other-device"].predict
-    X = featurize(space, [Config(r.config) for r in target])
+    theirs_pred = model(featurize(space, [Config(r.config) for r in target]))
     # This device agrees with the other one's model in part: a noisy copy of its ranking.
-    noisy = model(X) + np.random.default_rng(1).normal(0, 2 * np.std(model(X)), len(X))
+    rng = np.random.default_rng(1)
+    noisy = theirs_pred + rng.normal(0, 2 * np.std(theirs_pred), len(theirs_pred))
     mine = _relabel(target, 1.0 + ranks_of(noisy))
     for n in (9, 40):
         blend.refit(mine[:n], mine[:n], space_for)
-        tau = kendall(model(X[:n]), np.array([r.gflops for r in mine[:n]]))
+        tau = kendall(theirs_pred[:n], np.array([r.gflops for r in mine[:n]]))
         assert tau > 0
         w = blend.weights()
         assert w["transfer:other-device"] == pytest.approx(max(0.0, tau - tau_noise(n)))

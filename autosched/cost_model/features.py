@@ -159,9 +159,10 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     on any device: log2 of walked over needed iterations comes off the score (a log2
     throughput scale). On a CPU the parallel tasks need only fill the cores (each core
     runs one at a time); a GPU wants two work-groups per compute unit to hide latency.
-    On ResNet-18's 7x7x512 conv (Zen 4) both had the prior rank a 4-vector x 4 register
-    tile that pads 7 to 8 (8 tasks) first and the unpadded 2-vector x 7 tile in 2 tasks
-    275th of 20,000 drawn configs; with them it is 52nd, 0.02 below the padded one.
+    On ResNet-18's 7x7x512 conv (Zen 4), without these two terms the prior ranked a
+    4-vector x 4 register tile that pads 7 to 8 (8 tasks) first and the unpadded
+    2-vector x 7 tile in 2 tasks 275th of 20,000 drawn configs; with them it is 52nd,
+    0.02 below the padded one.
     Remeasured side by side, those two tiles' best configs ran 1.50 and 1.23 ms.
     The search weighs this prior by how well it ranks the device's own measurements
     (:mod:`autosched.search.evolutionary`), so a wrong prior fades.

@@ -18,8 +18,9 @@ it well keeps steering. A transfer source's tau first loses one standard deviati
 the tau of an unrelated ranking (:func:`tau_noise`: 0.27 after one batch), so another
 device's model steers only by what it ranks beyond chance. Without that, CPU models
 that ranked the H200's first nine configs with a tau of 0.2 by luck steered its search
-(replay: 39 trials to 95 % with transfer against 36.5 cold; 28.5 with it). Before three measurements only the devices' fingerprints say
-which source to trust: each source's own top picks come first, in turn, at a pace set
+(replay: 39 trials to 95 % with transfer against 36.5 cold; 28.5 with it).
+
+Before three measurements only the devices' fingerprints say which source to trust: each source's own top picks come first, in turn, at a pace set
 by how alike its device is to this one (:func:`autosched.space.device.similarity`, as
 meta-feature weights do in Wistuba et al.'s transfer surrogates): a config's score is
 its best ``similarity / (FIRST_PICKS + position)`` over the sources. A source from an
@@ -151,7 +152,8 @@ class Blend:
         workload's) and weigh every source by how it ranks ``mine``."""
         X, y, g = training_set(list(own), space_for, names=self.names)
         self.own.fit(X, y, g)
-        sources = [Source("prior", prior_score), *self.transfer.values()]
+        prior = Source("prior", prior_score)
+        sources = [prior, *self.transfer.values()]
         valid = [(Config(r.config), score(r)) for r in mine]
         valid = [(c, s) for c, s in valid if self.space.is_valid(c)]
         self.weighed = len(valid) >= MIN_RANKED
@@ -164,7 +166,7 @@ class Blend:
             noise = tau_noise(len(ym))
             for s in sources:
                 tau = kendall(s.predict(Xm), ym)
-                s.weight = max(0.0, tau if s.name == "prior" else tau - noise)
+                s.weight = max(0.0, tau if s is prior else tau - noise)
             if self.own.is_fitted:
                 oob = self.own.oob_prediction_[: len(valid)]
                 has = np.isfinite(oob)
