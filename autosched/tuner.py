@@ -8,6 +8,7 @@ and :func:`autosched.tuning.tune.tune` runs it for one workload on this machine.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import dataclasses
 import logging
 import multiprocessing as mp
 import os
@@ -219,10 +220,12 @@ class Tuner:
     def measure(
         self, configs: Sequence[Config], *, on_record: Callable[[Record], None] | None = None
     ) -> list[Record]:
-        """Build all ``configs`` in the worker pool and measure each as its build lands.
+        """Build all ``configs`` in the worker pool and time them in ``timing.passes``
+        interleaved passes (the first as each build lands), pooling each one's samples.
 
         On llvm and the IREE targets the builds run on the cores that the kernels are
-        timed on, so the whole batch is built before the first measurement.
+        timed on, so the whole batch is built before the first measurement. A config
+        that fails in any pass (a wrong result, a hang) is recorded as that failure.
         """
         futures = [self._submit(c) for c in configs]
         self.worker.timeout_s = self.timeout_s  # a shared worker serves other timeouts too
@@ -230,18 +233,43 @@ class Tuner:
         builds: list[BuildResult | None] = [None] * len(configs)
         if self.target != "opencl":
             builds = [self.builders.result(fut, limit) for fut in futures]
-        out = []
-        for config, fut, built in zip(configs, futures, builds):
-            built = built or self.builders.result(fut, limit)
-            outcome, started_at = None, time.time()
-            if built.program is not None:
-                outcome = self.worker.measure(built.program, self.data, self.timing)
-            rec = self._record(config, built, outcome, started_at)
+        part = self.timing.per_pass()
+        outcomes: list[RunOutcome | None] = [None] * len(configs)
+        started_at = [0.0] * len(configs)
+        out: list[Record] = []
+
+        def emit(i: int, started: float) -> None:
+            built = builds[i]
+            assert built is not None
+            rec = self._record(configs[i], built, outcomes[i], started)
             if rec.status != OK:
-                log.info("config %s: %s: %s", config.key, rec.status, rec.error[:300])
+                log.info("config %s: %s: %s", configs[i].key, rec.status, rec.error[:300])
             out.append(rec)
             if on_record:
                 on_record(rec)
+
+        for i, fut in enumerate(futures):
+            built = builds[i] = builds[i] or self.builders.result(fut, limit)
+            started_at[i] = time.time()
+            if built.program is not None:
+                outcomes[i] = self.worker.measure(built.program, self.data, part)
+            if self.timing.passes <= 1:
+                emit(i, started_at[i])
+        if self.timing.passes <= 1:
+            return out
+        for _ in range(self.timing.passes - 1):
+            for i, built in enumerate(builds):
+                first = outcomes[i]
+                if built is None or built.program is None or first is None or first.status != OK:
+                    continue
+                more = self.worker.measure(built.program, self.data, part)
+                outcomes[i] = (
+                    dataclasses.replace(first, latencies=first.latencies + more.latencies)
+                    if more.status == OK
+                    else more
+                )
+        for i in range(len(configs)):  # the passes interleave: each record spans the batch
+            emit(i, started_at[0])
         return out
 
     def remeasure(self, configs: Sequence[Config], *, rounds: int = 3) -> list[Record]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -10,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 import autosched
@@ -224,3 +226,98 @@ def test_a_device_session_measures_every_workload_in_one_child(device):
     finally:
         session.close()
     assert not child.is_alive()
+
+
+def _measured(i: int, latency: float, status: str = "ok"):
+    from tests.records_factory import make_record
+
+    return make_record(i, latency=latency, status=status, config_key=f"c{i}")
+
+
+def _with_config(record, i: int):
+    config = Config({"tile": i})
+    return dataclasses.replace(record, config=config.to_json(), config_key=config.key)
+
+
+def test_a_batch_is_scaled_by_how_fast_its_control_ran_and_the_control_is_the_best_so_far():
+    from autosched.tuning.control import MIN_NEW, BatchControl
+
+    control = BatchControl()
+    first = [_with_config(_measured(i, lat), i) for i, lat in enumerate([3e-3, 1e-3, 2e-3])]
+    assert control.scale(first, None) == first  # no control: as measured
+    new = [Config({"tile": i}) for i in range(3, 3 + MIN_NEW)]
+    best = control.control(new)
+    assert best is not None and best.key == first[1].config_key  # the fastest the search saw
+    assert control.control(new[: MIN_NEW - 1]) is None  # a small batch goes without
+    assert control.control([*new, best]) is None  # the best is in the batch anyway
+    # The machine ran this batch 1.5x slow: the control took 1.5 ms against its 1 ms.
+    batch = [_with_config(_measured(i, 0.9e-3 * 1.5), i) for i in range(3, 3 + MIN_NEW)]
+    again = _with_config(_measured(1, 1.5e-3), 1)
+    seen = control.scale([*batch[:2], again, *batch[2:]], best)
+    assert [r.config_key for r in seen] == [r.config_key for r in batch]  # control left out
+    assert all(abs(r.latency_s - 0.9e-3) < 1e-12 for r in seen)
+    assert all(abs(r.gflops - b.gflops * 1.5) < 1e-9 for r, b in zip(seen, batch))
+    # The batch's fastest is the search's best now, at its scaled figure.
+    assert (
+        control.control([Config({"tile": 99 + i}) for i in range(MIN_NEW)]).key
+        == seen[0].config_key
+    )
+    # A control that failed says nothing about the machine: the batch stays as measured.
+    failed = _with_config(_measured(3, 0.0, status="run_error"), 3)
+    later = [_with_config(_measured(i, 2e-3), i) for i in range(20, 20 + MIN_NEW)]
+    assert control.scale([*later, failed], Config({"tile": 3})) == later
+
+
+def test_a_tune_times_its_best_again_in_each_batch_and_stores_that_record(tmp_path, device):
+    db_path = tmp_path / "records.db"
+    wl = autosched.workload("matmul", M=64, N=64, K=64)
+    result = autosched.tune(
+        wl, trials=13, batch=6, strategy="model", db=db_path, seed=3, timing=QUICK, finalists=0
+    )
+    # Batches: the default alone, then 6 and 6 new configs, each with the best so far.
+    assert result.trials == 13 and len(result.history) == 13
+    assert len({r.config_key for r in result.history}) == 13
+    db = SQLiteDatabase(db_path)
+    try:
+        stored = sorted(db.query(workload_key=wl.key), key=lambda r: r.id)
+    finally:
+        db.close()
+    assert len(stored) == 15  # every measurement kept as taken, the two controls' too
+    keys = [r.config_key for r in stored]
+    again = [i for i, k in enumerate(keys) if k in keys[:i]]
+    assert len(again) == 2
+    for i in again:  # each control is a config that ran before: timed again, not a trial
+        assert any(r.ok and r.config_key == keys[i] for r in stored[:i])
+
+
+def test_a_batch_is_timed_in_interleaved_passes_that_share_out_the_repeats(device):
+    """Each pass times every config of the batch with its share of the repeats; the
+    samples are pooled, and the records of an interleaved batch span it together (one
+    window on the device, as the finalists' rounds do)."""
+    from autosched.tuning.runner import BatchRequest, DeviceSession
+
+    timing = TimingOptions(warmup=0, min_repeats=6, max_repeats=6, min_time_s=0.0, passes=3)
+    part = timing.per_pass()
+    assert (part.min_repeats, part.max_repeats, part.passes) == (2, 2, 1)
+    assert TimingOptions(min_repeats=3, max_repeats=100, passes=3).per_pass().max_repeats == 34
+    wl = autosched.workload("matmul", M=64, N=64, K=64)
+    space = make_space(wl, target="opencl", limits=device.limits)
+    configs = [space.default()]
+    while len(configs) < 3:
+        c = space.sample(np.random.default_rng(len(configs)), 1)[0]
+        if c.key not in {k.key for k in configs}:
+            configs.append(c)
+    request = BatchRequest(
+        wl.to_json(), "opencl", device.key("opencl"), tuple(c.to_json() for c in configs)
+    )
+    for passes, shared in ((3, True), (1, False)):
+        session = DeviceSession(device, "opencl", timing=dataclasses.replace(timing, passes=passes))
+        try:
+            records = session.run(request)
+        finally:
+            session.close()
+        assert all(r.ok and len(r.latencies) == 6 for r in records), records
+        starts = [r.started_at for r in records]
+        assert (len(set(starts)) == 1) is shared, (passes, starts)
+        if not shared:  # one after another: no record's span reaches into the next one's
+            assert all(a.ended_at <= b.started_at for a, b in zip(records, records[1:]))

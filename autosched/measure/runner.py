@@ -7,6 +7,7 @@ This module runs inside a measurement worker process (see :mod:`autosched.measur
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 import time
@@ -28,12 +29,29 @@ class TimingOptions:
         min_repeats: timed runs at least.
         max_repeats: timed runs at most.
         min_time_s: keep repeating until this much kernel time has been measured.
+        passes: a search batch is timed in this many interleaved passes over its
+            configs, each pass with its share of the repeats and time, and each
+            config's samples pooled (:meth:`autosched.tuner.Tuner.measure`): a
+            neighbour's burst that halves the machine's speed for a fraction of a
+            second spoils one pass of the config it hits, which the median outvotes.
     """
 
     warmup: int = 1
     min_repeats: int = 3
     max_repeats: int = 100
     min_time_s: float = 0.1
+    passes: int = 3
+
+    def per_pass(self) -> TimingOptions:
+        """What each of the ``passes`` passes times: its share of the repeats and time."""
+        n = max(1, self.passes)
+        return dataclasses.replace(
+            self,
+            min_repeats=max(1, math.ceil(self.min_repeats / n)),
+            max_repeats=max(1, math.ceil(self.max_repeats / n)),
+            min_time_s=self.min_time_s / n,
+            passes=1,
+        )
 
 
 @dataclass(frozen=True)

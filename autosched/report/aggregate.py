@@ -2,10 +2,12 @@
 
 How records are read (the tuner writes them so, see :mod:`autosched.tuner`):
 
-* The search never measures a config twice on one device, so a record whose config
-  was already recorded for that workload and device is a re-measurement. The
-  records that end a run and are all re-measurements are that run's finalists,
-  measured side by side with the default schedule.
+* The search proposes a config once on one device, so a record whose config was
+  already recorded for that workload and device is a re-measurement: a batch's control
+  (the best so far, timed again among the batch's new configs,
+  :mod:`autosched.tuning.control`) or a finalist. The records that end a run and are
+  all re-measurements are that run's finalists, measured side by side with the default
+  schedule.
 * The default schedule is ``Space.default()`` of the workload for the device limits
   in the record's fingerprint; when the space cannot be rebuilt, the first config of
   the earliest run (the tuner always measures the default first).

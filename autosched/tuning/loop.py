@@ -28,6 +28,7 @@ from autosched.search import SearchStrategy, make_strategy
 from autosched.space.config import Config
 from autosched.space.select import make_space
 from autosched.space.space import Space
+from autosched.tuning.control import BatchControl
 from autosched.tuning.interrupt import check as check_interrupt
 from autosched.tuning.interrupt import latched
 from autosched.tuning.job import Job, Task
@@ -56,6 +57,7 @@ class Pair:
     new: int = 0
     best: Record | None = None
     default_record: Record | None = None
+    control: BatchControl = field(default_factory=BatchControl)
 
     @property
     def name(self) -> str:
@@ -157,7 +159,7 @@ def _run_job(
     pairs: list[Pair] = []
     known: set[str] = set()
     slots: dict[str, Slot] = {}
-    in_flight: dict[Any, tuple[Pair, list[Config]]] = {}
+    in_flight: dict[Any, tuple[Pair, list[Config], Config | None]] = {}
     busy: dict[str, int] = {}
     failed = lost = 0
     refreshed = 0.0
@@ -214,6 +216,10 @@ def _run_job(
                         pair.exhausted = True
                         log.info("%s: the strategy has nothing new to propose", pair.name)
                         continue
+                    new = len(configs)
+                    control = pair.control.control(configs)
+                    if control is not None:  # timed mid-batch, among the new configs
+                        configs.insert(len(configs) // 2, control)
                     request = BatchRequest(
                         workload=pair.task.workload.to_json(),
                         target=pair.task.target,
@@ -222,9 +228,9 @@ def _run_job(
                         seed=job.seed,
                         timeout_s=job.timeout_s,
                     )
-                    in_flight[runner.submit(slot, request)] = (pair, configs)
-                    pair.in_flight.update(c.key for c in configs)
-                    pair.progress.start(len(configs))
+                    in_flight[runner.submit(slot, request)] = (pair, configs, control)
+                    pair.in_flight.update(c.key for c in configs if c is not control)
+                    pair.progress.start(new)
                     busy[key] = busy.get(key, 0) + 1
         waiting = _waiting_for(job, pairs, slots)
         if waiting and not stopping():
@@ -232,12 +238,12 @@ def _run_job(
             if time.time() - waiting_since > device_wait_s:
                 # Batches queued for a device kind that never came back are given up;
                 # they were never measured, so a rerun proposes them again.
-                lost = [h for h, (p, _) in in_flight.items() if p.slot.device_key not in slots]
+                lost = [h for h, (p, *_) in in_flight.items() if p.slot.device_key not in slots]
                 for handle in lost:
-                    pair, configs = in_flight.pop(handle)
+                    pair, configs, control = in_flight.pop(handle)
                     busy[pair.slot.device_key] -= 1
                     pair.in_flight.difference_update(c.key for c in configs)
-                    pair.progress.in_flight -= len(configs)
+                    pair.progress.in_flight -= len(configs) - (control is not None)
                 if lost:
                     runner.cancel(lost)
                 if not in_flight:
@@ -255,13 +261,13 @@ def _run_job(
             refresh()
             continue
         for handle, result in runner.wait(list(in_flight), 1.0):
-            pair, configs = in_flight.pop(handle)
+            pair, configs, control = in_flight.pop(handle)
             busy[pair.slot.device_key] -= 1
             if isinstance(result, LostBatch):
                 lost += 1
                 log.warning("%s: %s; it is proposed again", pair.name, result)
                 pair.in_flight.difference_update(c.key for c in configs)
-                pair.progress.in_flight -= len(configs)
+                pair.progress.in_flight -= len(configs) - (control is not None)
                 continue
             if isinstance(result, BaseException):
                 failed += 1
@@ -269,10 +275,11 @@ def _run_job(
                 result = [
                     error_record(pair, c, RUN_ERROR, f"{type(result).__name__}: {result}")
                     for c in configs
+                    if c is not control
                 ]
-            batch = _store(db, pair, configs, result)
+            batch, seen = _store(db, pair, configs, result, control)
             for other in _sibling_pairs(pairs, pair):
-                other.search.observe(batch)
+                other.search.observe(seen)
             if progress:
                 devices = sum(s.count for s in slots.values())
                 elapsed = time.time() - start
@@ -369,7 +376,9 @@ def _open_pair(
         prog.curve.append((len(measured), min(ok)))
     if mine:
         log.info("resuming %s: %d trials measured on %s", task.name, len(measured), slot.name)
-    return Pair(task, slot, space, search, prog, measured, list(mine), space.default())
+    pair = Pair(task, slot, space, search, prog, measured, list(mine), space.default())
+    pair.control.seed(mine)
+    return pair
 
 
 def _propose(pair: Pair, batch: int) -> list[Config]:
@@ -390,18 +399,26 @@ def _propose(pair: Pair, batch: int) -> list[Config]:
 
 
 def _store(
-    db: Database, pair: Pair, configs: Sequence[Config], records: list[Record]
-) -> list[Record]:
-    db.add(records)  # one transaction per batch
-    pair.search.observe(records)
-    pair.history.extend(records)
+    db: Database,
+    pair: Pair,
+    configs: Sequence[Config],
+    records: list[Record],
+    control: Config | None,
+) -> tuple[list[Record], list[Record]]:
+    """Store a batch that came back; returns its new configs' records as measured and
+    as the search sees them (scaled by the batch's control, :mod:`.control`)."""
+    db.add(records)  # one transaction per batch, the control's record too
+    seen = pair.control.scale(records, control)
+    pair.search.observe(seen)
+    new = [r for r in records if control is None or r.config_key != control.key]
+    pair.history.extend(new)
     pair.in_flight.difference_update(c.key for c in configs)
     pair.new += len([r for r in records if r.config_key not in pair.measured])
     pair.measured.update(r.config_key for r in records)
     best = min((r.latency_s for r in records if r.ok and r.latency_s), default=None)
-    pair.progress.finish(len(configs), best)
+    pair.progress.finish(len(configs) - (control is not None), best)
     pair.progress.done = len(pair.measured)
-    return records
+    return new, seen
 
 
 def error_record(pair: Pair, config: Config, status: str, error: str) -> Record:

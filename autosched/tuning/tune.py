@@ -163,7 +163,7 @@ def tune(
         batch=batch,
         timeout_s=float(timeout_s),
     )
-    measured = len(
+    keys = set(
         database.measured_config_keys(workload.key, device_key=dev.key(target), target=target)
     )
     best = max(
@@ -173,9 +173,12 @@ def tune(
         ),
         default=None,
     )
-    count = [measured, best]
+    count = [len(keys), best]
 
     def on_record(rec: Record) -> None:
+        if rec.config_key in keys:  # a batch's control (autosched.tuning.control)
+            return
+        keys.add(rec.config_key)
         count[0] += 1
         if rec.ok and (count[1] is None or (rec.gflops or 0.0) > count[1]):
             count[1] = rec.gflops
