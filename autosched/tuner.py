@@ -39,6 +39,13 @@ log = logging.getLogger(__name__)
 # -- build workers ---------------------------------------------------------------------
 
 
+# A config whose first pass came out more than this many times slower than the batch's
+# fastest is not timed again in the later passes: the bursts measured on a shared 2-core
+# VM slowed a config 2.3x at most (bench/batch_noise), so one that far behind is behind
+# on its merits, and a batch of random configs does not pay three passes for its slow ones.
+AGAIN_WITHIN = 2.5
+
+
 def _build_task(
     workload_json: dict, config_json: dict, limits: DeviceLimits, target: str
 ) -> BuildResult:
@@ -257,10 +264,17 @@ class Tuner:
                 emit(i, started_at[i])
         if self.timing.passes <= 1:
             return out
+        firsts = [
+            float(np.median(o.latencies)) if o is not None and o.status == OK and o.latencies else 0
+            for o in outcomes
+        ]
+        fastest = min((f for f in firsts if f > 0), default=0.0)
         for _ in range(self.timing.passes - 1):
             for i, built in enumerate(builds):
                 first = outcomes[i]
                 if built is None or built.program is None or first is None or first.status != OK:
+                    continue
+                if firsts[i] > AGAIN_WITHIN * fastest:  # behind on its merits: once is enough
                     continue
                 more = self.worker.measure(built.program, self.data, part)
                 outcomes[i] = (

@@ -31,7 +31,8 @@ class TimingOptions:
         min_time_s: keep repeating until this much kernel time has been measured.
         passes: a search batch is timed in this many interleaved passes over its
             configs, each pass with its share of the repeats and time, and each
-            config's samples pooled (:meth:`autosched.tuner.Tuner.measure`): a
+            config's samples pooled (:meth:`autosched.tuner.Tuner.measure`; configs far
+            behind the batch's fastest after the first pass are not timed again): a
             neighbour's burst that halves the machine's speed for a fraction of a
             second spoils one pass of the config it hits, which the median outvotes.
     """
