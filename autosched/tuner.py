@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import dataclasses
 import logging
+import math
 import multiprocessing as mp
 import os
 import signal
@@ -264,27 +265,43 @@ class Tuner:
                 emit(i, started_at[i])
         if self.timing.passes <= 1:
             return out
-        firsts = [
-            float(np.median(o.latencies)) if o is not None and o.status == OK and o.latencies else 0
-            for o in outcomes
-        ]
-        fastest = min((f for f in firsts if f > 0), default=0.0)
-        for _ in range(self.timing.passes - 1):
-            for i, built in enumerate(builds):
-                first = outcomes[i]
-                if built is None or built.program is None or first is None or first.status != OK:
-                    continue
-                if firsts[i] > AGAIN_WITHIN * fastest:  # behind on its merits: once is enough
-                    continue
-                more = self.worker.measure(built.program, self.data, part)
-                outcomes[i] = (
-                    dataclasses.replace(first, latencies=first.latencies + more.latencies)
-                    if more.status == OK
-                    else more
-                )
+        done = [b for b in builds if b is not None]
+        self._time_again(done, outcomes, part, self.timing.passes - 1, within=AGAIN_WITHIN)
         for i in range(len(configs)):  # the passes interleave: each record spans the batch
             emit(i, started_at[0])
         return out
+
+    def _time_again(
+        self,
+        builds: Sequence[BuildResult],
+        outcomes: list[RunOutcome | None],
+        timing: TimingOptions,
+        passes: int,
+        *,
+        within: float = math.inf,
+    ) -> None:
+        """Time the built configs ``passes`` times more, interleaved round-robin, pooling
+        each one's samples into ``outcomes[i]`` (None: not timed yet). A config that failed
+        is not timed again, and one that fails keeps that failure; one whose figure so far
+        is more than ``within`` times the fastest's is left as it is."""
+        so_far = [
+            float(np.median(o.latencies)) if o is not None and o.status == OK and o.latencies else 0
+            for o in outcomes
+        ]
+        fastest = min((f for f in so_far if f > 0), default=0.0)
+        for _ in range(passes):
+            for i, built in enumerate(builds):
+                before = outcomes[i]
+                if built.program is None or (before is not None and before.status != OK):
+                    continue
+                if so_far[i] > within * fastest:  # behind on its merits: once is enough
+                    continue
+                more = self.worker.measure(built.program, self.data, timing)
+                outcomes[i] = (
+                    dataclasses.replace(before, latencies=before.latencies + more.latencies)
+                    if before is not None and more.status == OK
+                    else more
+                )
 
     def remeasure(self, configs: Sequence[Config], *, rounds: int = 3) -> list[Record]:
         """Measure ``configs`` again, interleaved round-robin, and pool each one's repeats.
@@ -294,21 +311,7 @@ class Tuner:
         """
         built = [self.builders.result(self._submit(c), max(60.0, self.timeout_s)) for c in configs]
         self.worker.timeout_s = self.timeout_s
-        lats: list[list[float]] = [[] for _ in configs]
         started_at = time.time()  # the rounds interleave: each record spans all of them
-        failed: dict[int, RunOutcome] = {}
-        for _ in range(rounds):
-            for i, b in enumerate(built):
-                if b.program is None or i in failed:
-                    continue
-                o = self.worker.measure(b.program, self.data, self.timing)
-                if o.status == OK:
-                    lats[i].extend(o.latencies)
-                else:
-                    failed[i] = o
-        out = []
-        for i, (config, b) in enumerate(zip(configs, built)):
-            outcome = failed.get(i) or RunOutcome(OK, "", tuple(lats[i]))
-            measured = outcome if b.program is not None else None
-            out.append(self._record(config, b, measured, started_at))
-        return out
+        outcomes: list[RunOutcome | None] = [None] * len(configs)
+        self._time_again(built, outcomes, self.timing, rounds)
+        return [self._record(c, b, o, started_at) for c, b, o in zip(configs, built, outcomes)]

@@ -5,11 +5,12 @@
 Tunes ResNet-18's last 3x3 convolution (1x512x7x7, 512 filters, channels-last, llvm on
 the host CPU) for ``--trials`` trials from a cold temporary database, takes its
 ``--configs`` best distinct configs, and times them again as one search batch
-``--batches`` times in a row, the search's way, each batch twice in turn: timed in one go
-and in three interleaved passes (``TimingOptions.passes``). Each config's figures are compared with its own
-median over the batches: as measured, and scaled by how fast the batch's middle config
-(the control, where the tuning loop puts it: :mod:`autosched.tuning.control`) ran
-against its median. Prints a table and writes bench/results/batch_noise.json.
+``--batches`` times in a row, the search's way, each batch twice in turn: timed in one
+go and in three interleaved passes (``TimingOptions.passes``). Each config's figures are
+compared with its own median over the batches: as measured, and scaled by how fast the
+batch's middle config (the control, where the tuning loop puts it:
+:mod:`autosched.tuning.control`) ran against its median. Prints a table and writes
+bench/results/batch_noise.json.
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ def main() -> None:
     ranked = sorted((r for r in tuned.history if r.ok), key=lambda r: r.latency_s)
     configs = list({r.config_key: Config(r.config) for r in ranked}.values())[: args.configs]
     request = BatchRequest(
-        wl.to_json(), "llvm", host_cpu().key("llvm"), tuple(c.to_json() for c in configs)
+        wl.to_json(), "llvm", cpu.key("llvm"), tuple(c.to_json() for c in configs)
     )
     sessions = {p: DeviceSession(cpu, "llvm", timing=TimingOptions(passes=p)) for p in PASSES}
     rows: dict[int, list[list[float]]] = {p: [] for p in PASSES}

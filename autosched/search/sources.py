@@ -20,14 +20,15 @@ device's model steers only by what it ranks beyond chance. Without that, CPU mod
 that ranked the H200's first nine configs with a tau of 0.2 by luck steered its search
 (replay: 39 trials to 95 % with transfer against 36.5 cold; 28.5 with it).
 
-Before three measurements only the devices' fingerprints say which source to trust: each source's own top picks come first, in turn, at a pace set
-by how alike its device is to this one (:func:`autosched.space.device.similarity`, as
-meta-feature weights do in Wistuba et al.'s transfer surrogates): a config's score is
-its best ``similarity / (FIRST_PICKS + position)`` over the sources. A source from an
-identical device takes turns with the prior; one from a device with half the vector
-width (an AVX2 CPU after AVX-512 ones) has its first pick after the prior's first seven.
-Mean ranks instead put compromises first that no source ranks high, and equal turns
-let two alike devices outvote the prior of a third that differs from both.
+Before three measurements only the devices' fingerprints say which source to trust: each
+source's own top picks come first, in turn, at a pace set by how alike its device is to
+this one (:func:`autosched.space.device.similarity`, as meta-feature weights do in
+Wistuba et al.'s transfer surrogates): a config's score is its best
+``similarity / (FIRST_PICKS + position)`` over the sources. A source from an identical
+device takes turns with the prior; one from a device with half the vector width (an AVX2 CPU after
+AVX-512 ones) has its first pick after the prior's first seven. Mean ranks instead put
+compromises first that no source ranks high, and equal turns let two alike devices
+outvote the prior of a third that differs from both.
 """
 
 from __future__ import annotations

@@ -65,7 +65,7 @@ class BatchControl:
         ratio = 1.0
         if control is not None:
             again = [r for r in records if r.config_key == control.key and r.ok and r.latency_s]
-            if again and again[0].latency_s:
+            if again:
                 ratio = again[0].latency_s / self.figures[control.key]
         out = [_scaled(r, ratio) for r in mine]
         for r in out:
