@@ -1,0 +1,183 @@
+"""One task on one device kind inside a job: its search, its progress, its batches.
+
+The job loop (:mod:`autosched.tuning.loop`) decides which pair gets the next batch and
+where it runs; a :class:`Pair` is what it knows about one task on one device kind, and
+the functions here open one (its space, its search fed with the records already
+measured), propose its next batch and store a batch that came back (the records as
+measured, the search's view of them scaled by the batch's control,
+:mod:`autosched.tuning.control`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from autosched.ops import workload_from_json
+from autosched.records.base import Database
+from autosched.records.record import Record
+from autosched.search import SearchStrategy, make_strategy
+from autosched.space.config import Config
+from autosched.space.select import make_space
+from autosched.space.space import Space
+from autosched.tuning.control import BatchControl
+from autosched.tuning.job import Job, Task
+from autosched.tuning.runner import Runner, Slot
+from autosched.tuning.scheduler import TaskProgress
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Pair:
+    """One task on one device kind: its search, its progress, its results."""
+
+    task: Task
+    slot: Slot
+    space: Space
+    search: SearchStrategy
+    progress: TaskProgress
+    measured: set[str]
+    history: list[Record]
+    default: Config
+    in_flight: set[str] = field(default_factory=set)
+    exhausted: bool = False
+    new: int = 0
+    best: Record | None = None
+    default_record: Record | None = None
+    control: BatchControl = field(default_factory=BatchControl)
+
+    @property
+    def name(self) -> str:
+        return f"{self.task.name} [{self.task.target} on {self.slot.name}]"
+
+    @property
+    def best_gflops(self) -> float | None:
+        return max((r.gflops or 0.0 for r in self.history if r.ok), default=None)
+
+
+def sibling_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
+    """The other pairs that learn from ``pair``'s measurements as they come back: those
+    of the same space kind on the same device and target. A twin (the same loop nest
+    under another epilogue: a convolution with and without a residual add) takes them
+    as its own data; another shape of the kind (a model's other convolutions) as a
+    transfer source and its best configs as seeds. Without this, tasks tuned side by
+    side would each start from nothing, and one given few trials would stay far behind
+    a sibling that found the register tile they share; a resumed run sees such records
+    in the database anyway."""
+    return [
+        other
+        for other in pairs
+        if other is not pair
+        and other.slot.device_key == pair.slot.device_key
+        and other.task.target == pair.task.target
+        and type(other.space) is type(pair.space)
+    ]
+
+
+def left(pair: Pair) -> int:
+    return max(0, pair.task.trials - len(pair.measured) - len(pair.in_flight))
+
+
+def open_pair(
+    job: Job, task: Task, slot: Slot, db: Database, runner: Runner, before: Sequence[Record]
+) -> Pair:
+    wl = task.workload
+    space = runner.space(wl, target=task.target, slot=slot)
+
+    spaces: dict[str, Space] = {wl.key: space}
+
+    def space_for(wl_json: dict) -> Space:  # other shapes' records, refitted every batch
+        other = workload_from_json(wl_json)
+        if other.key not in spaces:
+            spaces[other.key] = make_space(other, target=task.target, limits=slot.limits)
+        return spaces[other.key]
+
+    # A pair's randomness depends on the job's seed and on what it tunes, never on
+    # the order in which device kinds showed up.
+    salt = hashlib.sha256(f"{task.key}|{slot.device_key}".encode()).digest()[:8]
+    rng = np.random.default_rng([job.seed, int.from_bytes(salt, "little")])
+    search = make_strategy(job.strategy, space, rng=rng, space_for=space_for, family=slot.family)
+    mine = db.query(workload_key=wl.key, device_key=slot.device_key, target=task.target)
+    # This family's records of the operator teach the cost model; other families'
+    # records of it (in the database or given as history) are transfer sources,
+    # weighed by how they rank this device.
+    search.observe(before)
+    measured = {r.config_key for r in mine}
+    prog = TaskProgress(trials=task.trials, weight=task.weight, done=len(measured))
+    ok = [r.latency_s for r in mine if r.ok and r.latency_s]
+    if ok:
+        prog.curve.append((len(measured), min(ok)))
+    if mine:
+        log.info("resuming %s: %d trials measured on %s", task.name, len(measured), slot.name)
+    pair = Pair(task, slot, space, search, prog, measured, list(mine), space.default())
+    pair.control.seed(mine)
+    return pair
+
+
+def propose(pair: Pair, batch: int) -> list[Config]:
+    want = min(batch, left(pair))
+    taken = pair.measured | pair.in_flight
+    if pair.default.key not in taken:
+        return [pair.default]
+    out: list[Config] = []
+    for _ in range(3):  # a strategy may repeat what is in flight elsewhere; ask again
+        proposed = pair.search.propose(want - len(out)) or []
+        for c in proposed:
+            if c.key not in taken:
+                taken.add(c.key)
+                out.append(c)
+        if len(out) >= want or not proposed:
+            break
+    return out[:want]
+
+
+def store(
+    db: Database,
+    pair: Pair,
+    configs: Sequence[Config],
+    records: list[Record],
+    control: Config | None,
+) -> tuple[list[Record], list[Record]]:
+    """Store a batch that came back; returns its new configs' records as measured and
+    as the search sees them (scaled by the batch's control, :mod:`.control`)."""
+    db.add(records)  # one transaction per batch, the control's record too
+    seen = pair.control.scale(records, control)
+    pair.search.observe(seen)
+    new = [r for r in records if control is None or r.config_key != control.key]
+    pair.history.extend(new)
+    pair.in_flight.difference_update(c.key for c in configs)
+    pair.new += len([r for r in records if r.config_key not in pair.measured])
+    pair.measured.update(r.config_key for r in records)
+    best = min((r.latency_s for r in records if r.ok and r.latency_s), default=None)
+    pair.progress.finish(len(configs) - (control is not None), best)
+    pair.progress.done = len(pair.measured)
+    return new, seen
+
+
+def error_record(pair: Pair, config: Config, status: str, error: str) -> Record:
+    """A candidate that produced no measurement, kept as data like any other."""
+    wl = pair.task.workload
+    return Record(
+        workload_key=wl.key,
+        workload=wl.to_json(),
+        target=pair.task.target,
+        device_key=pair.slot.device_key,
+        device_family=pair.slot.family,
+        device=pair.slot.fingerprint,
+        config_key=config.key,
+        config=config.to_json(),
+        status=status,
+        error=error[:2000],
+        latencies=(),
+        latency_s=None,
+        spread=None,
+        gflops=None,
+        timestamp=time.time(),
+        run_id="job",
+    )
