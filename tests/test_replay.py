@@ -285,3 +285,25 @@ def test_a_views_nearest_skips_what_is_excluded(small):
     assert view.nearest(first, rng) == first
     assert view.nearest(first, rng, exclude=[first.key]) in rest
     assert view.nearest(first, rng, exclude=[c.key for c in small.configs]) is None
+
+
+def test_an_llvm_sample_replays_with_the_host_cpu_s_limits_through_every_kind_of_peer():
+    """The llvm sample (ResNet-18's 7x7x512 conv on a Zen 4, NHWC): the replayed slot
+    has the recorded CPU's limits (AVX-512: 16 lanes), autosched's search and Kernel
+    Tuner's simulation mode both propose only recorded configs, deterministically."""
+    path = ROOT / "bench" / "replay" / "conv2d-resnet7x7-llvm-zen4.jsonl.gz"
+    (cache,) = caches_from_records(read_records(path)[:64])
+    assert cache.target == "llvm" and cache.workload.params["layout"] == "NHWC"
+    assert cache.slot.limits == device_limits(
+        cache.records[next(iter(cache.records))].device, "llvm"
+    )
+    assert cache.slot.limits.vector_lanes == 16
+    keys = autosched_run(cache, "model", 2, 24)
+    assert len(keys) == 24 and set(keys) <= set(cache.records)
+    assert keys == autosched_run(cache, "model", 2, 24)
+    kt = KernelTunerReplay(cache)
+    try:
+        theirs = kt.run("random_sample", 1, 16)
+    finally:
+        kt.close()
+    assert len(theirs) == 16 and set(theirs) <= set(cache.records)
