@@ -81,12 +81,16 @@ def sibling_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
 
 
 def left(pair: Pair) -> int:
+    """Trials the pair still wants, not counting those in flight."""
     return max(0, pair.task.trials - len(pair.measured) - len(pair.in_flight))
 
 
 def open_pair(
     job: Job, task: Task, slot: Slot, db: Database, runner: Runner, before: Sequence[Record]
 ) -> Pair:
+    """Open ``task`` on ``slot``'s device kind: its space under the device's limits, a
+    search that has observed ``before`` (the operator's records on the target) and its
+    progress resumed from what the database holds for this exact device."""
     wl = task.workload
     space = runner.space(wl, target=task.target, slot=slot)
 
@@ -121,6 +125,8 @@ def open_pair(
 
 
 def propose(pair: Pair, batch: int) -> list[Config]:
+    """The pair's next batch: its default schedule first, then up to ``batch`` configs
+    of its search that are neither measured nor in flight."""
     want = min(batch, left(pair))
     taken = pair.measured | pair.in_flight
     if pair.default.key not in taken:
