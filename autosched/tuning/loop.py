@@ -182,21 +182,22 @@ def _run_job(
                         pair.exhausted = True
                         log.info("%s: the strategy has nothing new to propose", pair.name)
                         continue
-                    new = len(configs)
                     control = pair.control.control(configs)
+                    sent = list(configs)
                     if control is not None:  # timed mid-batch, among the new configs
-                        configs.insert(len(configs) // 2, control)
+                        sent.insert(len(sent) // 2, control)
                     request = BatchRequest(
                         workload=pair.task.workload.to_json(),
                         target=pair.task.target,
                         device_key=key,
-                        configs=tuple(c.to_json() for c in configs),
+                        configs=tuple(c.to_json() for c in sent),
                         seed=job.seed,
                         timeout_s=job.timeout_s,
                     )
+                    # In flight: the new configs; the control rides along.
                     in_flight[runner.submit(slot, request)] = (pair, configs, control)
-                    pair.in_flight.update(c.key for c in configs if c is not control)
-                    pair.progress.start(new)
+                    pair.in_flight.update(c.key for c in configs)
+                    pair.progress.start(len(configs))
                     busy[key] = busy.get(key, 0) + 1
         waiting = _waiting_for(job, pairs, slots)
         if waiting and not stopping():
@@ -206,10 +207,10 @@ def _run_job(
                 # they were never measured, so a rerun proposes them again.
                 lost = [h for h, (p, *_) in in_flight.items() if p.slot.device_key not in slots]
                 for handle in lost:
-                    pair, configs, control = in_flight.pop(handle)
+                    pair, configs, _ = in_flight.pop(handle)
                     busy[pair.slot.device_key] -= 1
                     pair.in_flight.difference_update(c.key for c in configs)
-                    pair.progress.in_flight -= len(configs) - (control is not None)
+                    pair.progress.in_flight -= len(configs)
                 if lost:
                     runner.cancel(lost)
                 if not in_flight:
@@ -233,7 +234,7 @@ def _run_job(
                 lost += 1
                 log.warning("%s: %s; it is proposed again", pair.name, result)
                 pair.in_flight.difference_update(c.key for c in configs)
-                pair.progress.in_flight -= len(configs) - (control is not None)
+                pair.progress.in_flight -= len(configs)
                 continue
             if isinstance(result, BaseException):
                 failed += 1
@@ -241,7 +242,6 @@ def _run_job(
                 result = [
                     error_record(pair, c, RUN_ERROR, f"{type(result).__name__}: {result}")
                     for c in configs
-                    if c is not control
                 ]
             batch, seen = store(db, pair, configs, result, control)
             for other in sibling_pairs(pairs, pair):

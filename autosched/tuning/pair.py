@@ -150,8 +150,9 @@ def store(
     records: list[Record],
     control: Config | None,
 ) -> tuple[list[Record], list[Record]]:
-    """Store a batch that came back; returns its new configs' records as measured and
-    as the search sees them (scaled by the batch's control, :mod:`.control`)."""
+    """Store a batch of new ``configs`` that came back (``records``: theirs and the
+    control's); returns the new configs' records as measured and as the search sees
+    them (scaled by the batch's control, :mod:`.control`)."""
     db.add(records)  # one transaction per batch, the control's record too
     seen = pair.control.scale(records, control)
     pair.search.observe(seen)
@@ -161,7 +162,7 @@ def store(
     pair.new += len([r for r in records if r.config_key not in pair.measured])
     pair.measured.update(r.config_key for r in records)
     best = min((r.latency_s for r in records if r.ok and r.latency_s), default=None)
-    pair.progress.finish(len(configs) - (control is not None), best)
+    pair.progress.finish(len(configs), best)
     pair.progress.done = len(pair.measured)
     return new, seen
 
