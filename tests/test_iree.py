@@ -77,6 +77,51 @@ def test_vulkaninfo_parsing_reads_each_device():
     assert second["deviceName"].startswith("llvmpipe") and "subgroupSize" not in second
 
 
+def test_a_gpu_s_limits_narrow_to_what_its_spirv_target_builds():
+    """A GPU without a named SPIR-V target is built for IREE's portable baseline, which
+    allows 16 KiB of shared memory where an H100's Vulkan driver reports 48 KiB: the
+    space takes the narrower limit, so it never proposes a config the compiler
+    refuses for the target (the lent H100 machine's driver, as vulkaninfo lists it)."""
+    from dataclasses import replace
+
+    from autosched.errors import ScheduleError
+    from autosched.measure.cpu import host_cpu
+    from autosched.measure.iree_device import device_from_info, iree_version
+
+    text = (
+        "GPU0:\n\tdeviceName = NVIDIA H100 80GB HBM3\n"
+        "\tdeviceType = PHYSICAL_DEVICE_TYPE_DISCRETE_GPU\n\tdriverName = NVIDIA\n"
+        "\tmaxComputeWorkGroupInvocations = 1024\n\tmaxComputeSharedMemorySize = 49152\n"
+        "\tsubgroupSize = 32\n"
+    )
+    (info,) = parse_vulkaninfo(text)
+    gpu = device_from_info(info, 0, host_cpu(), iree_version())
+    assert gpu.vulkan_target == "vp_android_baseline_2022" and gpu.subgroup_size == 32
+    assert (gpu.max_invocations, gpu.shared_bytes) == (128, 16384)
+    wl = autosched.workload("matmul", M=256, N=256, K=64)
+    staged = Config(
+        {
+            "pipeline": "MatmulPromoteVectorize",
+            "wg.m": 32,
+            "wg.n": 64,
+            "thr.m": 4,
+            "thr.n": 4,
+            "red.k": 32,
+            "stages": 1,
+        }  # fmt: skip
+    )
+    reported = replace(gpu.limits, local_mem_bytes=49152)
+    wide = make_space(wl, target="iree-vulkan", limits=reported)
+    assert wide.check(staged) is None and wide.shared_bytes(staged) == 24576
+    with pytest.raises(ScheduleError, match="24576 bytes of shared memory"):
+        build_iree(wide, staged, vulkan_target=gpu.vulkan_target)
+    narrow = make_space(wl, target="iree-vulkan", limits=gpu.limits)
+    assert "shared memory exceed the device's 16384" in narrow.check(staged)
+    fits = staged.replace(**{"red.k": 8})
+    assert narrow.check(fits) is None
+    assert build_iree(narrow, fits, vulkan_target=gpu.vulkan_target).module
+
+
 @pytest.mark.parametrize("wl", WORKLOADS, ids=str)
 def test_emitted_linalg_computes_the_reference_on_llvm_cpu(cpu, wl):
     roots = find_roots(emit(wl))

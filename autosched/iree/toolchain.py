@@ -7,9 +7,11 @@ candidate, never the tuner's.
 
 from __future__ import annotations
 
+import re
 import subprocess
+from functools import cache
 
-from autosched.errors import ScheduleError
+from autosched.errors import DeviceError, ScheduleError
 
 
 def compile_flags(target: str, *, vulkan_target: str = "llvmpipe") -> list[str]:
@@ -24,6 +26,36 @@ def compile_flags(target: str, *, vulkan_target: str = "llvmpipe") -> list[str]:
     if target == "iree-vulkan":
         return ["--iree-hal-target-device=vulkan", f"--iree-vulkan-target={vulkan_target}"]
     raise ValueError(f"not an IREE target: {target!r}")
+
+
+_PROBE = "func.func @probe(%a: tensor<4xf32>) -> tensor<4xf32> { return %a : tensor<4xf32> }"
+
+
+@cache
+def vulkan_target_limits(vulkan_target: str) -> tuple[int, int]:
+    """What IREE's SPIR-V target ``vulkan_target`` assumes of a workgroup: its most
+    invocations and its shared-memory bytes, read off the target attribute that
+    ``iree-compile`` makes for it (``max_thread_count_per_workgroup``,
+    ``max_workgroup_memory_bytes``). Code built for the target may rely on both, and
+    the compiler rejects a config that stages more shared memory than the target has,
+    whatever the device running it has.
+
+    Raises:
+        DeviceError: ``iree-compile`` does not know the target or printed no limits.
+    """
+    flags = compile_flags("iree-vulkan", vulkan_target=vulkan_target)
+    cmd = [iree_compile_path(), "-", *flags, "--compile-to=executable-targets", "-o", "-"]
+    proc = subprocess.run(cmd, input=_PROBE.encode(), capture_output=True, timeout=120)
+    text = proc.stdout.decode(errors="replace")
+    threads = re.search(r"max_thread_count_per_workgroup = (\d+)", text)
+    memory = re.search(r"max_workgroup_memory_bytes = (\d+)", text)
+    if proc.returncode != 0 or not threads or not memory:
+        err = proc.stderr.decode(errors="replace").strip().splitlines()
+        raise DeviceError(
+            f"iree-compile gives no workgroup limits for --iree-vulkan-target={vulkan_target}"
+            + (f": {err[0]}" if err else "")
+        )
+    return int(threads.group(1)), int(memory.group(1))
 
 
 def iree_compile_path() -> str:

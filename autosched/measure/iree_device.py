@@ -18,6 +18,7 @@ from functools import lru_cache
 
 from autosched._version import __version__
 from autosched.errors import DeviceError, InvalidInputError
+from autosched.iree.toolchain import vulkan_target_limits
 from autosched.measure.cpu import host_cpu
 from autosched.records.record import canonical_json
 from autosched.space.device import device_limits
@@ -37,8 +38,10 @@ class IreeDevice:
         driver_info: the Vulkan driver and its version (empty for the CPU).
         type: ``cpu`` or ``gpu`` (lavapipe is a CPU-type Vulkan device).
         cores: host cores the runtime's (or lavapipe's) threads may use.
-        max_invocations: Vulkan workgroup invocations at most (1 for the CPU).
-        shared_bytes: Vulkan shared memory per workgroup (0 for the CPU).
+        max_invocations: Vulkan workgroup invocations at most: the device's, narrowed to
+            what its SPIR-V target assumes (1 for the CPU).
+        shared_bytes: Vulkan shared memory per workgroup, narrowed the same way (0 for
+            the CPU).
         subgroup_size: Vulkan subgroup size (0 for the CPU).
         vector_bits: the host CPU's widest SIMD register.
         isa: the host CPU's vector extensions.
@@ -207,30 +210,36 @@ def vulkan_devices() -> tuple[IreeDevice, ...]:
         raise DeviceError("no Vulkan device found; install a Vulkan driver (mesa-vulkan-drivers)")
     cpu = host_cpu()
     version = iree_version()
-    out = []
-    for i, info in enumerate(infos):
-        is_cpu = "CPU" in info.get("deviceType", "")
-        out.append(
-            IreeDevice(
-                target="iree-vulkan",
-                name=info["deviceName"],
-                driver="vulkan",
-                driver_info=info.get("driverInfo", ""),
-                type="cpu" if is_cpu else "gpu",
-                cores=cpu.cores if is_cpu else 1,
-                max_invocations=info.get("maxComputeWorkGroupInvocations", 128),
-                shared_bytes=info.get("maxComputeSharedMemorySize", 16384),
-                subgroup_size=info.get("subgroupSize", 32),
-                vector_bits=_vector_bits(cpu.isa),
-                isa=cpu.isa if is_cpu else (),
-                vulkan_target=_vulkan_target(info),
-                iree_version=version,
-                cpu_name=cpu.name if is_cpu else "",
-                cpu_model=cpu.model_id if is_cpu else "",
-                index=i,
-            )
-        )
-    return tuple(out)
+    return tuple(device_from_info(info, i, cpu, version) for i, info in enumerate(infos))
+
+
+def device_from_info(info: dict, index: int, cpu, version: str) -> IreeDevice:
+    """The ``iree-vulkan`` device of one ``vulkaninfo`` entry. Its workgroup limits are
+    the device's, narrowed to what its SPIR-V target assumes (the portable baseline
+    that a GPU without a named target gets allows 128 invocations and 16 KiB of shared
+    memory where a discrete GPU has 1024 and 48 KiB): the space must not propose what
+    the compiler builds for neither."""
+    is_cpu = "CPU" in info.get("deviceType", "")
+    target = _vulkan_target(info)
+    threads, memory = vulkan_target_limits(target)
+    return IreeDevice(
+        target="iree-vulkan",
+        name=info["deviceName"],
+        driver="vulkan",
+        driver_info=info.get("driverInfo", ""),
+        type="cpu" if is_cpu else "gpu",
+        cores=cpu.cores if is_cpu else 1,
+        max_invocations=min(info.get("maxComputeWorkGroupInvocations", 128), threads),
+        shared_bytes=min(info.get("maxComputeSharedMemorySize", 16384), memory),
+        subgroup_size=info.get("subgroupSize", 32),
+        vector_bits=_vector_bits(cpu.isa),
+        isa=cpu.isa if is_cpu else (),
+        vulkan_target=target,
+        iree_version=version,
+        cpu_name=cpu.name if is_cpu else "",
+        cpu_model=cpu.model_id if is_cpu else "",
+        index=index,
+    )
 
 
 def select_iree_device(selector: str | int | None, target: str) -> IreeDevice:
