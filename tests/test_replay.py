@@ -307,3 +307,59 @@ def test_an_llvm_sample_replays_with_the_host_cpu_s_limits_through_every_kind_of
     finally:
         kt.close()
     assert len(theirs) == 16 and set(theirs) <= set(cache.records)
+
+
+def test_work_groups_the_h100_kept_refusing_are_no_longer_proposed():
+    """On the H100 sample every config of more than 256 work-items per group was refused
+    by the driver's limit for its compiled kernel. Once three such refusals stand
+    against none run, the space stops proposing them (sampling, mutation, crossover
+    and nearest all keep to the cap) and the model search proposes fewer; the H200
+    sample, where 512 and 1024 work-items ran, is left uncapped."""
+    from autosched.tuning.pair import learn_group_cap
+    from autosched.tuning.replay import ReplayRunner
+
+    h100 = ROOT / "bench" / "replay" / "matmul-512-opencl-h100.jsonl.gz"
+    (cache,) = caches_from_records(read_records(h100))
+    space = ReplayRunner([cache]).space(cache.workload, target=cache.target, slot=cache.slot)
+    recs = list(cache.records.values())
+    ran = [r for r in recs if r.ok]
+    refused = [r for r in recs if r.status == "invalid" and "at most" in r.error]
+    assert max(space.threads(Config(r.config)) for r in ran) == 256
+    assert min(space.threads(Config(r.config)) for r in refused) > 256
+    learn_group_cap(space, ran + refused[:2])
+    assert space.group_cap == 0  # two refusals are not yet evidence
+    learn_group_cap(space, ran + refused[:3])
+    assert space.group_cap == 256
+    rng = np.random.default_rng(0)
+    drawn = space.sample(rng, 400)
+    assert drawn and all(space.threads(c) <= 256 for c in drawn)
+    big = Config(refused[0].config)
+    assert not space.is_valid(big)
+    for _ in range(50):
+        for c in (space.mutate(big, rng), space.crossover(big, drawn[0], rng)):
+            assert c is None or space.threads(c) <= 256
+    assert space.threads(space.nearest(big, rng)) <= 256
+    # The live space (no replay view) keeps to the cap the same way.
+    from autosched.space.select import make_space
+
+    live = make_space(cache.workload, target="opencl", limits=cache.slot.limits)
+    assert any(live.threads(c) > 256 for c in live.sample(np.random.default_rng(1), 200))
+    live.group_cap = 256
+    assert all(live.threads(c) <= 256 for c in live.sample(np.random.default_rng(1), 200))
+    assert all(
+        c is None or live.threads(c) <= 256
+        for c in (live.mutate(Config(ran[0].config), rng) for _ in range(50))
+    )
+
+    def refusals(c, seed):
+        keys = autosched_run(c, "model", seed, 64)
+        return sum(c.records[k].status == "invalid" for k in keys)
+
+    # The search's 64 trials hold at most the three refusals it learns from and
+    # whatever was in flight then (on this sample 3 to 5, against 4 to 6 without).
+    assert all(refusals(cache, seed) <= 5 for seed in range(2))
+    h200 = ROOT / "bench" / "replay" / "matmul-512-opencl-h200.jsonl.gz"
+    (other,) = caches_from_records(read_records(h200))
+    view = ReplayRunner([other]).space(other.workload, target=other.target, slot=other.slot)
+    learn_group_cap(view, list(other.records.values()))
+    assert view.group_cap == 0

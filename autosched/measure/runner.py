@@ -189,6 +189,17 @@ class OpenCLRunner:
         return RunOutcome(OK, "", tuple(latencies), compile_s, calls_per_sample=number)
 
 
+# How a config refused by a compiled kernel's work-group limit is told (the error of
+# its ``invalid`` record); the search reads it back (:func:`refused_group`).
+_GROUP_REFUSAL = "the driver allows this compiled kernel at most"
+
+
+def refused_group(status: str, error: str) -> bool:
+    """Whether a record says its work-group was larger than the driver allowed the
+    compiled kernel (:func:`over_group_limit`)."""
+    return status == INVALID and _GROUP_REFUSAL in error
+
+
 def over_group_limit(allowed: list[int], local_sizes: list) -> str:
     """Why a launch cannot run: a kernel's work-group is larger than the driver allows
     that compiled kernel (``CL_KERNEL_WORK_GROUP_SIZE``: on a GPU, what its registers and
@@ -198,8 +209,8 @@ def over_group_limit(allowed: list[int], local_sizes: list) -> str:
         items = math.prod(local) if local else 0
         if limit and items > limit:
             return (
-                f"kernel {i} runs {items} work-items per group; the driver allows this "
-                f"compiled kernel at most {limit} (its registers or local memory)"
+                f"kernel {i} runs {items} work-items per group; {_GROUP_REFUSAL} "
+                f"{limit} (its registers or local memory)"
             )
     return ""
 

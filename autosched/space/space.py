@@ -121,6 +121,10 @@ class Space:
 
     nest: Any
     family: str = ""
+    # Work-groups of more work-items than this are not proposed (0: no cap). Learned from
+    # the device, not its limits: where its driver keeps refusing compiled kernels'
+    # larger groups (:func:`autosched.tuning.pair.learn_group_cap`).
+    group_cap: int = 0
 
     def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:
         if target not in ALL_TARGETS:
@@ -197,7 +201,15 @@ class Space:
         return None
 
     def is_valid(self, config: Config) -> bool:
-        return self.check(config) is None
+        """Whether the search may propose ``config``: valid here, and its work-group
+        within what the device has been seen to run (:attr:`group_cap`)."""
+        if self.check(config) is not None:
+            return False
+        return not self.group_cap or self.threads(config) <= self.group_cap
+
+    def threads(self, config: Config) -> int:
+        """Work-items per work-group (1 where the target has no work-groups)."""
+        return 1
 
     # -- generation -----------------------------------------------------------------
     def sample(self, rng: np.random.Generator, n: int = 1, *, max_tries: int = 100) -> list[Config]:

@@ -75,7 +75,19 @@ class RestrictedSpace:
         return None
 
     def is_valid(self, config: Config) -> bool:
-        return config.key in self._listed.index
+        i = self._listed.index.get(config.key)
+        return i is not None and bool(self._allowed()[i])
+
+    def _allowed(self) -> np.ndarray:
+        """Which listed configs the search may propose: all of them, or those within the
+        work-group size the device has been seen to run (``group_cap``)."""
+        cap = self.group_cap
+        cached = getattr(self, "_allowed_cache", None)
+        if cached is None or cached[0] != cap:
+            configs = self._listed.configs
+            mask = np.array([not cap or self.threads(c) <= cap for c in configs], dtype=bool)
+            self._allowed_cache = cached = (cap, mask)
+        return cached[1]
 
     @property
     def size(self) -> int:
@@ -93,7 +105,11 @@ class RestrictedSpace:
     def sample(self, rng: np.random.Generator, n: int = 1, *, max_tries: int = 100) -> list[Config]:
         """Up to ``n`` distinct listed configs, uniformly without replacement."""
         configs = self._listed.configs
-        picks = rng.choice(len(configs), size=min(n, len(configs)), replace=False)
+        allowed = np.flatnonzero(self._allowed())
+        if len(allowed) == len(configs):  # the same draws as before any cap
+            picks = rng.choice(len(configs), size=min(n, len(configs)), replace=False)
+        else:
+            picks = allowed[rng.choice(len(allowed), size=min(n, len(allowed)), replace=False)]
         return [configs[int(i)] for i in picks]
 
     def nearest(
@@ -103,7 +119,7 @@ class RestrictedSpace:
         key is not in ``exclude`` (None when every one is): where a strategy that picks
         knob values freely (TPE) lands in a sparse sample."""
         listed = self._listed
-        mask = np.ones(len(listed.configs), dtype=bool)
+        mask = self._allowed().copy()
         mask[[listed.index[k] for k in exclude if k in listed.index]] = False
         if not mask.any():
             return None
@@ -120,7 +136,8 @@ class RestrictedSpace:
         k = knobs[rng.integers(len(knobs))]
         others = [v for v in range(len(listed.codes[k])) if v != row[k]]
         value = others[rng.integers(len(others))]
-        return listed.nearest(row, rng, mask=listed.matrix[:, k] == value)
+        mask = (listed.matrix[:, k] == value) & self._allowed()
+        return listed.nearest(row, rng, mask=mask) if mask.any() else None
 
     def crossover(
         self, a: Config, b: Config, rng: np.random.Generator, *, max_tries: int = 20
@@ -128,7 +145,7 @@ class RestrictedSpace:
         listed = self._listed
         ra, rb = listed.encode(a), listed.encode(b)
         mix = np.where(rng.random(len(ra)) < 0.5, ra, rb)
-        return listed.nearest(mix, rng)
+        return listed.nearest(mix, rng, mask=self._allowed())
 
 
 _VIEW_CLASSES: dict[type, type] = {}

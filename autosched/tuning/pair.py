@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from autosched.measure.runner import refused_group
 from autosched.ops import workload_from_json
 from autosched.records.base import Database
 from autosched.records.record import Record
@@ -80,6 +81,37 @@ def sibling_pairs(pairs: Sequence[Pair], pair: Pair) -> list[Pair]:
     ]
 
 
+# Configs over the largest work-group that ran, refused by the driver's limit for
+# their compiled kernels, before larger groups are no longer proposed.
+GROUP_REFUSALS = 3
+
+
+def learn_group_cap(space: Space, records: Sequence[Record]) -> None:
+    """Stop proposing work-groups larger than any that ran once the driver has refused
+    :data:`GROUP_REFUSALS` configs over that size and run none.
+
+    A driver allows each compiled kernel only as many work-items as its registers
+    leave, which the space's estimate does not foresee: on an H100 every sampled
+    matmul and conv2d config with 448 to 1024 work-items per group was refused (256
+    allowed, whatever the register tile), and the model search kept proposing such
+    configs, 4 to 6 of its 64 trials. What the device has run decides, not a
+    constant: where 512 work-items run (an H200), 512 stays in the space.
+    """
+    ran = [space.threads(Config(r.config)) for r in records if r.ok]
+    refused = [space.threads(Config(r.config)) for r in records if refused_group(r.status, r.error)]
+    if not ran or not refused:
+        return
+    largest = max(ran)
+    if sum(t > largest for t in refused) >= GROUP_REFUSALS and space.group_cap != largest:
+        space.group_cap = largest
+        log.info(
+            "work-groups over %d work-items are no longer proposed: the device refused "
+            "%d configs over that size and ran none",
+            largest,
+            sum(t > largest for t in refused),
+        )
+
+
 def left(pair: Pair) -> int:
     """Trials the pair still wants, not counting those in flight."""
     return max(0, pair.task.trials - len(pair.measured) - len(pair.in_flight))
@@ -121,6 +153,7 @@ def open_pair(
         log.info("resuming %s: %d trials measured on %s", task.name, len(measured), slot.name)
     pair = Pair(task, slot, space, search, prog, measured, list(mine), space.default())
     pair.control.seed(mine)
+    learn_group_cap(space, mine)
     return pair
 
 
@@ -158,6 +191,7 @@ def store(
     pair.search.observe(seen)
     new = [r for r in records if control is None or r.config_key != control.key]
     pair.history.extend(new)
+    learn_group_cap(pair.space, pair.history)
     pair.in_flight.difference_update(c.key for c in configs)
     pair.new += len([r for r in records if r.config_key not in pair.measured])
     pair.measured.update(r.config_key for r in records)
