@@ -234,6 +234,38 @@ def test_vulkan_measures_a_tuned_config_and_reads_results_back_aligned(vulkan):
             assert outcome.status == OK, outcome.error
 
 
+@pytest.mark.parametrize(
+    "wl",
+    [
+        autosched.workload("conv2d", n=1, c=16, h=28, w=28, k=32, r=3, s=3, pad=1, layout="NHWC"),
+        autosched.workload("matmul", M=128, N=96, K=64),
+    ],
+    ids=str,
+)
+def test_iree_s_own_cpu_config_is_a_seed_that_builds_the_same_tiles(cpu, wl):
+    """The llvm-cpu space writes IREE's own config out as knobs (a 28-wide row tiled
+    by 7 included): rendered back into the MLIR it gives the root op the tiles IREE
+    picks by itself, so the tuner measures IREE's schedule as a point of the space."""
+    from autosched.iree.heuristic import _tiles
+    from autosched.iree.toolchain import compile_flags, compile_mlir
+
+    space = make_space(wl, target="iree-llvm-cpu", limits=cpu.limits)
+    (seed,) = space.seeds()
+    assert seed["pipeline"] != "auto" and space.check(seed) is None
+
+    def root(text: str) -> list:
+        flags = compile_flags("iree-llvm-cpu")
+        out = compile_mlir(text, flags, extra=["--compile-to=executable-configurations"])
+        line = next(ln for ln in out.decode().splitlines() if "vector_reduction" in ln)
+        names = ("distribution", "vector_common_parallel", "vector_reduction")
+        return [_tiles(line, n) for n in names]
+
+    own = root(emit(wl))
+    assert own == root(annotated_mlir(space, seed))
+    if wl.op == "conv2d":
+        assert seed["vec.ow"] == 7 and 7 in own[1]
+
+
 def test_a_config_the_compiler_rejects_is_a_build_error_value(cpu, tmp_path):
     from autosched.tuning.tune import tune
 

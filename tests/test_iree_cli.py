@@ -184,6 +184,14 @@ def test_tune_on_both_backends_then_mlir_tasks_share_the_records(tmp_path):
         by_target = {t: trials(MATMUL, t) for t in ("iree-llvm-cpu", "iree-vulkan")}
         reduce = autosched.workload("reduce", rows=64, cols=48, kind="sum")
         assert by_target == {"iree-llvm-cpu": 4, "iree-vulkan": 3}
+        # On llvm-cpu, IREE's own config written out as knobs was measured right after
+        # the default (pipeline auto).
+        from autosched.space.select import make_space
+
+        limits = select_device(None, target="iree-llvm-cpu").limits
+        (seed,) = make_space(MATMUL, target="iree-llvm-cpu", limits=limits).seeds()
+        mine = records.query(workload_key=MATMUL.key, target="iree-llvm-cpu")
+        assert seed.key in {r.config_key for r in mine}
         assert trials(reduce, "iree-llvm-cpu") == 4
         fp = records.query(workload_key=MATMUL.key, target="iree-vulkan")[0].device
         assert fp["driver_info"] and fp["subgroup_size"] >= 1 and fp["isa"] is not None

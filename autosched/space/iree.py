@@ -55,6 +55,25 @@ def _tiles(extent: int, *, divide: bool, low: int = 1) -> tuple[int, ...]:
     return tuple(out) or (extent,)
 
 
+def _dist_tiles(extent: int) -> tuple[int, ...]:
+    """llvm-cpu distribution tiles: powers of two up to the extent, the extent, and its
+    divisors that are multiples of 8 (IREE's own config cuts a 96-wide loop in 48s)."""
+    tiles = set(_tiles(extent, divide=False))
+    tiles |= {d for d in range(8, extent, 8) if extent % d == 0}
+    return tuple(sorted(tiles))
+
+
+def _vec_tiles(extent: int) -> tuple[int, ...]:
+    """Vector tiles of a parallel loop: powers of two up to 32, and where no power of
+    two from 8 up divides the extent, its other divisors up to 32 (IREE's own config
+    tiles a 28-wide output row by 7). Only there: each such tile divides no power-of-two
+    distribution tile, so elsewhere it would mostly add configs the space refuses."""
+    tiles = {v for v in _VEC if v <= extent}
+    if not any(extent % v == 0 for v in _VEC if v >= 8):
+        tiles |= {d for d in range(3, max(_VEC) + 1) if extent % d == 0}
+    return tuple(sorted(tiles))
+
+
 class IreeSpace(Space):
     """Lowering configs of IREE's llvm-cpu or SPIR-V backend for one workload."""
 
@@ -83,11 +102,11 @@ class IreeSpace(Space):
             knobs = [Knob("pipeline", (AUTO, CPU_PIPELINES[d.kind]))]
             cache = CPU_PIPELINES[d.kind] == "DoubleTilingExpert"
             for lp in d.spatial:
-                knobs.append(Knob(f"dist.{lp.name}", _tiles(lp.extent, divide=False)))
+                knobs.append(Knob(f"dist.{lp.name}", _dist_tiles(lp.extent)))
                 if cache:  # 0: no cache level on this loop
                     tiles = tuple(t for t in (8, 16, 32, 64, 128) if t < lp.extent)
                     knobs.append(Knob(f"cache.{lp.name}", (0, *tiles)))
-                vec = (1,) if self._fixed_one(lp) else tuple(v for v in _VEC if v <= lp.extent)
+                vec = (1,) if self._fixed_one(lp) else _vec_tiles(lp.extent)
                 knobs.append(Knob(f"vec.{lp.name}", vec))
             for lp in d.reduction:
                 red = (1,) if self._fixed_one(lp) else tuple(v for v in _RED if v <= lp.extent)
@@ -219,10 +238,25 @@ class IreeSpace(Space):
                 return "MatmulPromoteVectorize needs thr 4 on the innermost loop (vec4 loads)"
         return None
 
+    @property
+    def cpu_pipeline(self) -> str:
+        """llvm-cpu: the pipeline this op's explicit configs use."""
+        return CPU_PIPELINES[self.nest.kind]
+
     # -- the rest of the Space contract ---------------------------------------------------
     def default(self) -> Config:
         """IREE's own heuristic config (pipeline ``auto``)."""
         return Config({k.name: k.choices[0] for k in self.knobs})
+
+    def seeds(self) -> list[Config]:
+        """llvm-cpu: IREE's own config written out as knobs (measured early, so the
+        search learns it as a point of the space and steps from it), where it is one."""
+        if not hasattr(self, "_seeds"):
+            from autosched.iree.heuristic import iree_default_config
+
+            found = iree_default_config(self)
+            self._seeds = [found] if found is not None else []
+        return list(self._seeds)
 
     def scratch(self, config: Config) -> tuple[str, ...]:
         return ()

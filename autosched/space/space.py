@@ -207,6 +207,11 @@ class Space:
             return False
         return not self.group_cap or self.threads(config) <= self.group_cap
 
+    def seeds(self) -> list[Config]:
+        """Configs worth measuring right after the default: the compiler's own choice
+        written out as knobs where the default leaves it to the compiler (none here)."""
+        return []
+
     def threads(self, config: Config) -> int:
         """Work-items per work-group (1 where the target has no work-groups)."""
         return 1

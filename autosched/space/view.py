@@ -93,6 +93,10 @@ class RestrictedSpace:
     def size(self) -> int:
         return len(self._listed.configs)
 
+    def seeds(self) -> list[Config]:
+        """The family's seeds that are listed (a replay measures nothing else)."""
+        return [c for c in super().seeds() if c.key in self._listed.index]  # type: ignore[misc]
+
     @property
     def listed(self) -> list[Config]:
         """Every config the view accepts, in the order given."""

@@ -158,13 +158,15 @@ def open_pair(
 
 
 def propose(pair: Pair, batch: int) -> list[Config]:
-    """The pair's next batch: its default schedule first, then up to ``batch`` configs
-    of its search that are neither measured nor in flight."""
+    """The pair's next batch: its default schedule first, then up to ``batch`` configs:
+    the space's seeds (the compiler's own choice written out as knobs) not yet
+    measured, and its search's proposals, neither measured nor in flight."""
     want = min(batch, left(pair))
     taken = pair.measured | pair.in_flight
     if pair.default.key not in taken:
         return [pair.default]
-    out: list[Config] = []
+    out: list[Config] = [c for c in pair.space.seeds() if c.key not in taken][:want]
+    taken |= {c.key for c in out}
     for _ in range(3):  # a strategy may repeat what is in flight elsewhere; ask again
         proposed = pair.search.propose(want - len(out)) or []
         for c in proposed:
