@@ -35,7 +35,10 @@ def iree_default_config(space) -> Config | None:
     try:
         flags = compile_flags(space.target)
         out = compile_mlir(
-            emit(space.workload), flags, extra=["--compile-to=executable-configurations"]
+            emit(space.workload),
+            flags,
+            extra=["--compile-to=executable-configurations"],
+            timeout_s=120,
         ).decode(errors="replace")
     except ScheduleError:
         return None
@@ -55,16 +58,17 @@ def iree_default_config(space) -> Config | None:
     cache = _tiles(root, "cache_parallel")
     if not dist or not vec or not red or len(dist) != len(dom.loops):
         return None
+    knobs = {k.name for k in space.knobs}
     values: dict = {"pipeline": pipeline}
     for i, lp in enumerate(dom.loops):
         if lp.kind == PARALLEL:
             values[f"dist.{lp.name}"] = dist[i] or lp.extent  # 0: the loop is not tiled
             values[f"vec.{lp.name}"] = vec[i] or 1
-            if f"cache.{lp.name}" in {k.name for k in space.knobs}:
+            if f"cache.{lp.name}" in knobs:
                 values[f"cache.{lp.name}"] = cache[i] if cache else 0
         else:
             values[f"red.{lp.name}"] = red[i] or 1
-    if "peel" in {k.name for k in space.knobs}:
+    if "peel" in knobs:
         values["peel"] = False
     config = Config(values)
     return config if space.check(config) is None else None

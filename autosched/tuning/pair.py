@@ -102,13 +102,14 @@ def learn_group_cap(space: Space, records: Sequence[Record]) -> None:
     if not ran or not refused:
         return
     largest = max(ran)
-    if sum(t > largest for t in refused) >= GROUP_REFUSALS and space.group_cap != largest:
+    over = sum(t > largest for t in refused)
+    if over >= GROUP_REFUSALS and space.group_cap != largest:
         space.group_cap = largest
         log.info(
             "work-groups over %d work-items are no longer proposed: the device refused "
             "%d configs over that size and ran none",
             largest,
-            sum(t > largest for t in refused),
+            over,
         )
 
 
