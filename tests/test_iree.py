@@ -266,6 +266,30 @@ def test_iree_s_own_cpu_config_is_a_seed_that_builds_the_same_tiles(cpu, wl):
         assert seed["vec.ow"] == 7 and 7 in own[1]
 
 
+def test_iree_s_own_spirv_config_is_a_seed_that_builds_the_same_tiles(vulkan):
+    """The same on Vulkan: IREE's SPIR-V config of a matmul (workgroup, invocation and
+    reduction tiles, pipeline) written out as knobs renders back to the tiles and the
+    workgroup size IREE picks by itself."""
+    import re
+
+    from autosched.iree.toolchain import compile_flags, compile_mlir
+
+    wl = autosched.workload("matmul", M=256, N=128, K=64)
+    space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
+    (seed,) = space.seeds()
+    assert seed["pipeline"] != "auto" and space.check(seed) is None
+
+    def root(text: str) -> tuple:
+        flags = compile_flags("iree-vulkan", vulkan_target=vulkan.vulkan_target)
+        out = compile_mlir(text, flags, extra=["--compile-to=executable-configurations"])
+        out = out.decode()
+        tiles = re.search(r"tile_sizes = (\[\[[^>]*\]\])", out).group(1)
+        size = re.search(r"workgroup_size = (\[[0-9, ]*\])", out).group(1)
+        return tiles, size
+
+    assert root(emit(wl)) == root(annotated_mlir(space, seed))
+
+
 def test_a_config_the_compiler_rejects_is_a_build_error_value(cpu, tmp_path):
     from autosched.tuning.tune import tune
 

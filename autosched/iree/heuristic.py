@@ -4,8 +4,9 @@ The space's ``auto`` pipeline leaves the config to IREE's heuristics; the search
 neither learn from that measurement as a point of the space nor step from it to a
 neighbour. Here ``iree-compile --compile-to=executable-configurations`` shows the
 config IREE picks for the root op, and its tile lists are read back into the space's
-knobs (llvm-cpu: distribution, cache, vector and reduction tiles), so the tuner can
-measure the same schedule as an explicit config first and search around it.
+knobs (llvm-cpu: distribution, cache, vector and reduction tiles; SPIR-V: workgroup,
+invocation and reduction tiles and the pipeline), so the tuner can measure the same
+schedule as an explicit config first and search around it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import re
 from autosched.errors import ScheduleError
 from autosched.iree.linalg import PARALLEL, emit
 from autosched.iree.toolchain import compile_flags, compile_mlir
+from autosched.measure.iree_device import select_iree_device
 from autosched.space.config import Config
 
 _LIST = r"{name} = \[([0-9, ]*)\]"
@@ -25,15 +27,15 @@ def _tiles(text: str, name: str) -> list[int] | None:
     return [int(v) for v in m.group(1).split(",")] if m else None
 
 
-def iree_default_config(space) -> Config | None:
-    """IREE's llvm-cpu config for ``space``'s workload as a config of ``space``, or
-    None where it is not one (a tile outside the knobs' choices, another pipeline, a
-    Vulkan space, or a compiler that shows none)."""
-    if not space.cpu:
-        return None
-    dom = space.nest
+def iree_default_config(space, *, vulkan_target: str | None = None) -> Config | None:
+    """IREE's config for ``space``'s workload (llvm-cpu, or SPIR-V for
+    ``vulkan_target``: by default the default Vulkan device's, as builds use) as a
+    config of ``space``, or None where it is not one (a tile outside the knobs'
+    choices, a pipeline the space does not have, or a compiler that shows none)."""
+    if not space.cpu and vulkan_target is None:
+        vulkan_target = select_iree_device(None, "iree-vulkan").vulkan_target
     try:
-        flags = compile_flags(space.target)
+        flags = compile_flags(space.target, vulkan_target=vulkan_target or "llvmpipe")
         out = compile_mlir(
             emit(space.workload),
             flags,
@@ -42,6 +44,47 @@ def iree_default_config(space) -> Config | None:
         ).decode(errors="replace")
     except ScheduleError:
         return None
+    config = _cpu_config(space, out) if space.cpu else _spirv_config(space, out)
+    return config if config is not None and space.check(config) is None else None
+
+
+def _spirv_config(space, out: str) -> Config | None:
+    """SPIR-V: the root op's ``tile_sizes`` (workgroup, invocation, reduction tiles)
+    and its function's pipeline; MatmulPromoteVectorize keeps the reduction tile at
+    the workgroup level and its ``pipeline_depth`` is ``stages`` - 1 (as
+    :mod:`autosched.iree.render` writes them)."""
+    dom = space.nest
+    n_par = len(dom.spatial)
+    for m in re.finditer(r"tile_sizes = \[\[([0-9, ]*)\], \[([0-9, ]*)\], \[([0-9, ]*)\]\]", out):
+        wg, thr, red = ([int(v) for v in g.split(",")] if g.strip() else [] for g in m.groups())
+        if len(thr) == n_par and len(red) == len(dom.loops):
+            break
+    else:
+        return None
+    pipe = re.search(
+        r"spirv_pipeline<(\w+)>(?: workgroup_size = \[[0-9, ]*\])?(?:, \{pipeline_depth = (\d+))?",
+        out,
+    )
+    if pipe is None:
+        return None
+    pipeline = pipe.group(1)
+    values: dict = {"pipeline": pipeline}
+    for i, lp in enumerate(dom.spatial):
+        values[f"wg.{lp.name}"] = wg[i]
+        values[f"thr.{lp.name}"] = thr[i]
+    for j, lp in enumerate(dom.reduction):
+        tile = wg[n_par + j] if pipeline == "MatmulPromoteVectorize" else red[n_par + j]
+        values[f"red.{lp.name}"] = tile or 1
+    if "stages" in {k.name for k in space.knobs}:
+        values["stages"] = (
+            int(pipe.group(2) or 0) + 1 if pipeline == "MatmulPromoteVectorize" else 1
+        )
+    return Config(values)
+
+
+def _cpu_config(space, out: str) -> Config | None:
+    """llvm-cpu: the root op's distribution, cache, vector and reduction tiles."""
+    dom = space.nest
     pipeline = space.cpu_pipeline
     if f"#iree_cpu.pipeline<{pipeline}>" not in out:
         return None
@@ -70,5 +113,4 @@ def iree_default_config(space) -> Config | None:
             values[f"red.{lp.name}"] = red[i] or 1
     if "peel" in knobs:
         values["peel"] = False
-    config = Config(values)
-    return config if space.check(config) is None else None
+    return Config(values)

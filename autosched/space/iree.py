@@ -249,8 +249,9 @@ class IreeSpace(Space):
         return Config({k.name: k.choices[0] for k in self.knobs})
 
     def seeds(self) -> list[Config]:
-        """llvm-cpu: IREE's own config written out as knobs (measured early, so the
-        search learns it as a point of the space and steps from it), where it is one."""
+        """IREE's own config written out as knobs (measured early, so the search learns
+        it as a point of the space and steps from it), where it is one. Vulkan: for the
+        SPIR-V target builds use."""
         if not hasattr(self, "_seeds"):
             from autosched.iree.heuristic import iree_default_config
 
