@@ -6,7 +6,7 @@ from autosched.iree.linalg import emit
 from autosched.iree.mlir import annotate
 from autosched.iree.render import compilation_info
 from autosched.iree.toolchain import compile_flags, compile_mlir
-from autosched.measure.iree_device import DRIVERS, select_iree_device
+from autosched.measure.iree_device import DRIVERS, spirv_target
 from autosched.measure.program import IreeProgram
 from autosched.space.config import Config
 from autosched.space.iree import IreeSpace
@@ -22,14 +22,15 @@ def annotated_mlir(space: IreeSpace, config: Config) -> str:
 def build_iree(
     space: IreeSpace, config: Config, *, vulkan_target: str | None = None
 ) -> IreeProgram:
-    """Compile ``config`` for the space's target (Vulkan: the SPIR-V target of the
-    default Vulkan device unless ``vulkan_target`` names one).
+    """Compile ``config`` for the space's target (Vulkan: ``vulkan_target``, else the
+    SPIR-V target of the device the space's limits came from, else the default Vulkan
+    device's).
 
     Raises:
         ScheduleError: iree-compile rejected the config.
     """
     if space.target == "iree-vulkan" and vulkan_target is None:
-        vulkan_target = select_iree_device(None, "iree-vulkan").vulkan_target
+        vulkan_target = spirv_target(space.limits)
     text = annotated_mlir(space, config)
     flags = compile_flags(space.target, vulkan_target=vulkan_target or "llvmpipe")
     module = compile_mlir(text, flags)

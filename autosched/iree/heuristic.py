@@ -16,7 +16,7 @@ import re
 from autosched.errors import ScheduleError
 from autosched.iree.linalg import PARALLEL, emit
 from autosched.iree.toolchain import compile_flags, compile_mlir
-from autosched.measure.iree_device import select_iree_device
+from autosched.measure.iree_device import spirv_target
 from autosched.space.config import Config
 
 _LIST = r"{name} = \[([0-9, ]*)\]"
@@ -29,11 +29,11 @@ def _tiles(text: str, name: str) -> list[int] | None:
 
 def iree_default_config(space, *, vulkan_target: str | None = None) -> Config | None:
     """IREE's config for ``space``'s workload (llvm-cpu, or SPIR-V for
-    ``vulkan_target``: by default the default Vulkan device's, as builds use) as a
-    config of ``space``, or None where it is not one (a tile outside the knobs'
-    choices, a pipeline the space does not have, or a compiler that shows none)."""
+    ``vulkan_target``: by default the one its builds use) as a config of ``space``, or
+    None where it is not one (a tile outside the knobs' choices, a pipeline the space
+    does not have, or a compiler that shows none)."""
     if not space.cpu and vulkan_target is None:
-        vulkan_target = select_iree_device(None, "iree-vulkan").vulkan_target
+        vulkan_target = spirv_target(space.limits)
     try:
         flags = compile_flags(space.target, vulkan_target=vulkan_target or "llvmpipe")
         out = compile_mlir(

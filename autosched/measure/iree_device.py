@@ -242,6 +242,12 @@ def device_from_info(info: dict, index: int, cpu, version: str) -> IreeDevice:
     )
 
 
+def spirv_target(limits: DeviceLimits) -> str:
+    """The SPIR-V target an iree-vulkan space's configs are built for: that of the
+    device its limits came from, else the default Vulkan device's."""
+    return limits.spirv_target or select_iree_device(None, "iree-vulkan").vulkan_target
+
+
 def select_iree_device(selector: str | int | None, target: str) -> IreeDevice:
     """The device of ``target`` that ``selector`` names: None or ``0`` for the first;
     an index or part of the name for Vulkan; ``host``/``cpu`` for llvm-cpu."""

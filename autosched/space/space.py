@@ -63,6 +63,9 @@ class DeviceLimits:
     # cl_nv_device_attribute_query); 0: not known, and the device's own per-kernel
     # work-group limit is checked after the build instead (measure.runner).
     registers_per_group: int = 0
+    # iree-vulkan: IREE's SPIR-V target (``--iree-vulkan-target``) the device's code is
+    # built for; "" elsewhere, or where unknown (builds then take the default device's).
+    spirv_target: str = ""
 
 
 @dataclass(frozen=True)
