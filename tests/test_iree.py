@@ -293,6 +293,24 @@ def test_iree_s_own_spirv_config_is_a_seed_that_builds_the_same_tiles(vulkan):
     assert root(emit(wl)) == root(annotated_mlir(space, seed))
 
 
+def test_a_driver_without_the_iree_compiler_proposes_no_seed_and_goes_on():
+    """A farm job's driver may lack the iree extra its workers have: there the space
+    has no seed (IREE's own config needs iree-compile), and nothing raises."""
+    code = (
+        "import sys; sys.modules['iree.compiler'] = None\n"  # as if not installed
+        "import autosched\n"
+        "from autosched.space.select import make_space\n"
+        "from autosched.space.space import DeviceLimits\n"
+        "wl = autosched.workload('matmul', M=64, N=64, K=64)\n"
+        "lim = DeviceLimits(max_work_group_size=1, max_work_item_size=1, is_cpu=True,"
+        " cores=2, vector_bits=256)\n"
+        "print(make_space(wl, target='iree-llvm-cpu', limits=lim).seeds())\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
 def test_a_config_the_compiler_rejects_is_a_build_error_value(cpu, tmp_path):
     from autosched.tuning.tune import tune
 

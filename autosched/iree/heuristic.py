@@ -11,13 +11,16 @@ schedule as an explicit config first and search around it.
 
 from __future__ import annotations
 
+import logging
 import re
 
-from autosched.errors import ScheduleError
+from autosched.errors import DeviceError, ScheduleError
 from autosched.iree.linalg import PARALLEL, emit
 from autosched.iree.toolchain import compile_flags, compile_mlir
 from autosched.measure.iree_device import spirv_target
 from autosched.space.config import Config
+
+log = logging.getLogger(__name__)
 
 _LIST = r"{name} = \[([0-9, ]*)\]"
 
@@ -31,10 +34,11 @@ def iree_default_config(space, *, vulkan_target: str | None = None) -> Config | 
     """IREE's config for ``space``'s workload (llvm-cpu, or SPIR-V for
     ``vulkan_target``: by default the one its builds use) as a config of ``space``, or
     None where it is not one (a tile outside the knobs' choices, a pipeline the space
-    does not have, or a compiler that shows none)."""
-    if not space.cpu and vulkan_target is None:
-        vulkan_target = spirv_target(space.limits)
+    does not have, or a compiler that shows none). A job's driver that has no IREE
+    compiler (its workers build) gets None too: the seed is a help, not a need."""
     try:
+        if not space.cpu and vulkan_target is None:
+            vulkan_target = spirv_target(space.limits)
         flags = compile_flags(space.target, vulkan_target=vulkan_target or "llvmpipe")
         out = compile_mlir(
             emit(space.workload),
@@ -42,7 +46,8 @@ def iree_default_config(space, *, vulkan_target: str | None = None) -> Config | 
             extra=["--compile-to=executable-configurations"],
             timeout_s=120,
         ).decode(errors="replace")
-    except ScheduleError:
+    except (ScheduleError, DeviceError, ImportError, OSError) as exc:
+        log.info("no IREE config to seed %s with: %s", space.workload, exc)
         return None
     config = _cpu_config(space, out) if space.cpu else _spirv_config(space, out)
     return config if config is not None and space.check(config) is None else None
