@@ -43,18 +43,17 @@ def vulkan_target_limits(vulkan_target: str) -> tuple[int, int]:
     Raises:
         DeviceError: ``iree-compile`` does not know the target or printed no limits.
     """
+    what = f"iree-compile gives no workgroup limits for --iree-vulkan-target={vulkan_target}"
     flags = compile_flags("iree-vulkan", vulkan_target=vulkan_target)
-    cmd = [iree_compile_path(), "-", *flags, "--compile-to=executable-targets", "-o", "-"]
-    proc = subprocess.run(cmd, input=_PROBE.encode(), capture_output=True, timeout=120)
-    text = proc.stdout.decode(errors="replace")
+    try:
+        out = compile_mlir(_PROBE, flags, timeout_s=120, extra=["--compile-to=executable-targets"])
+    except ScheduleError as exc:
+        raise DeviceError(f"{what}: {exc}") from None
+    text = out.decode(errors="replace")
     threads = re.search(r"max_thread_count_per_workgroup = (\d+)", text)
     memory = re.search(r"max_workgroup_memory_bytes = (\d+)", text)
-    if proc.returncode != 0 or not threads or not memory:
-        err = proc.stderr.decode(errors="replace").strip().splitlines()
-        raise DeviceError(
-            f"iree-compile gives no workgroup limits for --iree-vulkan-target={vulkan_target}"
-            + (f": {err[0]}" if err else "")
-        )
+    if not threads or not memory:
+        raise DeviceError(what)
     return int(threads.group(1)), int(memory.group(1))
 
 
