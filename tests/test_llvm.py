@@ -118,6 +118,27 @@ def test_llvm_space_has_cpu_knobs_and_describes_every_config(cpu):
     assert space.check(default.replace(vec=16)) is not None  # vec must divide the tile
 
 
+def test_llvm_register_tile_cap_is_the_cpu_register_file(cpu, worker):
+    """AVX-512 holds 32 x 16 fp32 accumulators: a 7x64 tile of a 7x7x512 conv (28
+    registers) is a config there, and computes the reference; an AVX2 register file
+    (16 x 8) and an OpenCL work-item keep the 256 every device holds."""
+    wl = workload("conv2d", n=1, c=32, h=7, w=7, k=128, r=3, s=3, pad=1, layout="NHWC")
+    avx512 = dataclasses.replace(cpu.limits, vector_lanes=16, vector_registers=32)
+    avx2 = dataclasses.replace(cpu.limits, vector_lanes=8, vector_registers=16)
+    wide = make_space(wl, target="llvm", limits=avx512)
+    config = wide.default().replace(
+        **{"tile.p": (1, 7), "tile.q": (7, 1), "tile.k": (2, 64), "vec": 16}
+    )
+    assert wide.reg_elems(config) == 448 and wide.check(config) is None
+    assert "exceeds 256" in make_space(wl, target="llvm", limits=avx2).check(config)
+    opencl = make_space(wl, limits=OPENCL_LIMITS)
+    tiles = {k: config[k] for k in ("tile.p", "tile.q", "tile.k", "vec")}
+    assert "exceeds 256" in opencl.check(opencl.default().replace(**tiles))
+    program = build(wide, config)
+    outcome = worker.measure(program, make_data(wl), FAST)
+    assert outcome.status == "ok", outcome.error
+
+
 CONFIGS = {
     "default": {},
     "register_tile_packed_B": {
