@@ -178,6 +178,21 @@ def test_cpu_space_prunes_by_the_host_and_renders_a_lowering_config(cpu, bits):
     assert "DoubleTilingExpert" in info
 
 
+def test_cpu_vector_tile_is_capped_by_the_cpus_own_register_file(cpu):
+    """A 16x32 vector tile (512 accumulators) fills AVX-512's 32 registers of 16 lanes;
+    a CPU with 16 such registers refuses it."""
+    wl = autosched.workload("matmul", M=96, N=64, K=32)
+    tile = Config(
+        {"pipeline": "DoubleTilingExpert", "peel": False, "red.k": 4, "cache.m": 0,
+         "cache.n": 0, "dist.m": 32, "dist.n": 32, "vec.m": 16, "vec.n": 32}
+    )  # fmt: skip
+    for registers, ok in ((32, True), (16, False)):
+        limits = dataclasses.replace(cpu.limits, vector_bits=512, vector_registers=registers)
+        reason = make_space(wl, target="iree-llvm-cpu", limits=limits).check(tile)
+        assert (reason is None) == ok, reason
+        assert ok or f"exceeds {registers} registers of 16 lanes" in reason
+
+
 def test_vulkan_space_prunes_by_the_device_limits(vulkan):
     from dataclasses import replace
 

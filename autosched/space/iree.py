@@ -187,8 +187,9 @@ class IreeSpace(Space):
                     f"and dist.{lp.name}={dist}, dividing one and divided by the other"
                 )
         acc = math.prod(config[f"vec.{lp.name}"] for lp in d.spatial)
-        if acc > 16 * lanes:
-            return f"vector tile of {acc} accumulators exceeds 16 registers of {lanes} lanes"
+        regs = self.limits.vector_registers  # the CPU's own: 32 on AVX-512, 16 on AVX2
+        if acc > regs * lanes:
+            return f"vector tile of {acc} accumulators exceeds {regs} registers of {lanes} lanes"
         red = math.prod(config[f"red.{lp.name}"] for lp in d.reduction)
         if acc * red > MAX_CPU_VECTOR_TILE:
             return f"vector tile of {acc * red} elements exceeds {MAX_CPU_VECTOR_TILE}"
