@@ -30,7 +30,6 @@ import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -40,6 +39,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from autosched.models import Model, load_model  # noqa: E402
+from autosched.models.latency import (  # noqa: E402
+    Runner,
+    max_error,
+    time_rounds,
+    tvm_runner,
+)
 
 log = logging.getLogger("bench.models")
 
@@ -78,45 +83,6 @@ TUNED: dict[str, TunedBuild | None] = {"autosched": None, "metaschedule": None}
 NOT_RUN = {"metaschedule": "not run in this run: --metaschedule fills this column"}
 
 
-@dataclass(frozen=True)
-class Timing:
-    median_ms: float
-    min_ms: float
-    spread: float  # interquartile range over the median
-    samples: int
-
-    @classmethod
-    def of(cls, seconds: list[float]) -> Timing:
-        lat = np.asarray(seconds) * 1e3
-        q1, med, q3 = np.percentile(lat, [25, 50, 75])
-        return cls(float(med), float(lat.min()), float((q3 - q1) / med), int(lat.size))
-
-
-class Runner(Protocol):
-    """One way of computing the model: call it with the inputs, get numpy outputs."""
-
-    def __call__(self) -> list[np.ndarray]: ...
-
-
-def tvm_runner(executable: Any, model: Model, arrays: Mapping[str, np.ndarray]) -> Runner:
-    """A built Relax executable on the host CPU, inputs already on the device.
-
-    This is the function tuned builds go through: ``tvm_runner(TUNED[...](...)[0], ...)``.
-    """
-    import tvm
-    from tvm import relax
-
-    vm = relax.VirtualMachine(executable, tvm.cpu())
-    args = [tvm.runtime.tensor(arrays[spec.name]) for spec in model.inputs]
-    main = vm["main"]
-
-    def run() -> list[np.ndarray]:
-        out = main(*args)
-        return [out.numpy()] if hasattr(out, "numpy") else [o.numpy() for o in out]
-
-    return run
-
-
 def onnxruntime_runner(path: Path, inputs: Sequence[np.ndarray]) -> Runner:
     """``path`` in onnxruntime on :data:`THREADS` threads; ``inputs`` in the model's order."""
     import onnxruntime as ort
@@ -142,38 +108,6 @@ def torch_runner(module: Any, model: Model, arrays: Mapping[str, np.ndarray]) ->
         return [t.numpy() for t in (out if isinstance(out, tuple | list) else (out,))]
 
     return run
-
-
-def max_error(got: list[np.ndarray], expected: tuple[np.ndarray, ...]) -> float:
-    """Largest absolute difference relative to the reference's largest magnitude."""
-    if len(got) != len(expected):
-        return float("inf")
-    errs = [
-        float(np.abs(g - e).max() / max(np.abs(e).max(), 1e-30))
-        if g.shape == e.shape
-        else float("inf")
-        for g, e in zip(got, expected)
-    ]
-    return max(errs)
-
-
-def time_rounds(
-    runners: dict[str, Runner], *, rounds: int, round_s: float, warmup: int = 1
-) -> dict[str, Timing]:
-    """Interleaved rounds: in each, every runner runs for about ``round_s`` (at least once)."""
-    for run in runners.values():
-        for _ in range(warmup):
-            run()
-    samples: dict[str, list[float]] = {name: [] for name in runners}
-    for _ in range(rounds):
-        for name, run in runners.items():
-            spent = 0.0
-            while spent < round_s:
-                t = time.perf_counter()
-                run()
-                samples[name].append(time.perf_counter() - t)
-                spent += samples[name][-1]
-    return {name: Timing.of(s) for name, s in samples.items()}
 
 
 def bench_model(

@@ -14,6 +14,7 @@ import torch
 
 from autosched.errors import InvalidInputError
 from autosched.models import count_ops, load_model, parse_input_shape, zoo
+from autosched.models.latency import max_error
 
 ZOO = Path(zoo.__file__)
 
@@ -77,6 +78,32 @@ def test_onnx_file_matches_onnxruntime(onnx_files, name):
     assert model.framework == "onnx" and model.name == name
     assert model.inputs[0].name == "input0"
     assert_matches_reference(model, seed=1)
+
+
+def test_runtimes_are_the_models_frameworks_and_agree_with_its_reference(onnx_files, tmp_path):
+    """What `model tune` times beside its builds: onnxruntime for every model, and torch
+    eager for a PyTorch one (whose module onnxruntime runs exported to ONNX); a saved
+    torch.export program cannot be exported offline and says so in one line."""
+    module, example = zoo.tiny_gpt2_block()
+    pt2 = tmp_path / "gpt2.pt2"
+    torch.export.save(torch.export.export(module, example), str(pt2))
+    cases = {
+        f"{ZOO}:tiny_bert_layer": {"onnxruntime", "torch"},
+        str(onnx_files["tiny_bert_layer"]): {"onnxruntime"},
+        str(pt2): {"onnxruntime", "torch"},
+    }
+    for source, names in cases.items():
+        model = load_model(source)
+        arrays = model.example_inputs(np.random.default_rng(0))
+        expected = model.reference(arrays)
+        runtimes = model.runtimes(threads=1)
+        assert set(runtimes) == names, source
+        for name, runtime in runtimes.items():
+            if source == str(pt2) and name == "onnxruntime":
+                with pytest.raises(InvalidInputError, match="could not export .* accepted"):
+                    runtime(arrays)
+                continue
+            assert max_error(list(runtime(arrays)), expected) < 1e-4, (source, name)
 
 
 def test_saved_export_program_matches_torch_eager(tmp_path):

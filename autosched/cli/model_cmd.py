@@ -18,6 +18,11 @@ from autosched.cli.shared import check_writable
 from autosched.cli.shared import positive as _positive
 from autosched.errors import InvalidInputError
 
+# Outputs that differ from the model's own framework by more than this, relative to the
+# output's largest magnitude, are wrong (float32 kernels summing in another order stay
+# near 1e-6).
+TOLERANCE = 1e-3
+
 TARGETS = ("llvm", "opencl")
 
 
@@ -196,24 +201,23 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
         runner.close()
     wall = time.time() - start
     arrays = model.example_inputs(np.random.default_rng(args.seed))
-    ref_ms = _reference_ms(model, arrays)
     if args.target == "llvm":
         tuned = build(model.mod, args.target, db=db, shipped=False)
         untuned = build(model.mod, args.target, untuned=False, records=False)
-        tuned_ms: float | None = tuned.latency_ms(**arrays)
-        untuned_ms: float | None = untuned.latency_ms(**arrays)
-        _check_outputs(tuned(**arrays), model.reference(arrays))
         applied = {a.function for a in tuned.applied if a.provenance != "default-schedule"}
+        builds = {"untuned": untuned.executable, "tuned": tuned.executable}
     else:  # TVM's Python package runs no OpenCL: the kernels go out by `model compile`
-        tuned_ms = untuned_ms = None
         applied = {f for t in tasks for f in t.functions if t.family is not None}
+        builds = {}
+    latency, check = _latencies(model, arrays, builds)
     timings = task_timings(tasks, result)
     data = {
         "model": model.name,
         "target": args.target,
         "trials": args.trials,
         "wall_s": wall,
-        "latency_ms": {"untuned": untuned_ms, "tuned": tuned_ms, "reference": ref_ms},
+        "latency_ms": latency,
+        **check,
         "tasks": [
             {
                 "name": t.name,
@@ -230,15 +234,14 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
     for t in data["tasks"]:
         best = f"{t['best_ms']:.4f}" if t["best_ms"] else "-"
         print(f"{t['name'][:58]:58s} w={t['weight']:<3d} trials={t['trials']:<4d} best={best} ms")
-    if tuned_ms is not None and untuned_ms is not None:
-        print(
-            f"{model.name}: untuned {untuned_ms:.3f} ms, tuned {tuned_ms:.3f} ms, "
-            f"reference {ref_ms:.3f} ms ({result.new_trials} trials in {wall:.0f} s)"
-        )
+    timed = ", ".join(f"{k} {v:.3f} ms" for k, v in latency.items() if v is not None)
+    if builds:
+        print(f"{model.name}: {timed} ({result.new_trials} trials in {wall:.0f} s)")
     else:
         print(
             f"{model.name}: {result.new_trials} trials in {wall:.0f} s on {args.target}; "
             f"`autosched model compile --target {args.target}` writes the tuned kernels"
+            + (f" ({timed} on the host)" if timed else "")
         )
     if args.json:
         Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
@@ -249,27 +252,47 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
     return 0
 
 
-def _reference_ms(model, arrays, repeats: int = 5) -> float:
-    model.reference(arrays)  # warm-up
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        model.reference(arrays)
-        times.append(time.perf_counter() - t)
-    return sorted(times)[len(times) // 2] * 1e3
+def _latencies(model, arrays, builds: dict) -> tuple[dict[str, float | None], dict]:
+    """Milliseconds of the builds (``untuned``, ``tuned``) and of the model's host
+    runtimes (``onnxruntime``, and ``torch`` for a PyTorch model), all on the same
+    threads, timed side by side in interleaved rounds once each one's outputs match the
+    model's own framework; and ``correct`` / ``max_rel_error`` of the tuned build's
+    outputs (None without one). A runtime that cannot run the model gets None and a
+    warning."""
+    from autosched.measure.cpu import host_cpu
+    from autosched.models.latency import max_error, time_rounds, tvm_runner
 
-
-def _check_outputs(got, want) -> None:
-    import numpy as np
-
-    got = got if isinstance(got, tuple) else (got,)
-    for i, (g, w) in enumerate(zip(got, want)):
-        if not np.allclose(g, w, rtol=1e-3, atol=1e-3):
+    expected = model.reference(arrays)
+    runners: dict = {name: tvm_runner(exe, model, arrays) for name, exe in builds.items()}
+    latency: dict[str, float | None] = {name: None for name in builds}
+    for name, runtime in model.runtimes(host_cpu().cores).items():
+        latency[name] = None
+        try:
+            err = max_error(list(runtime(arrays)), expected)
+        except InvalidInputError as exc:
+            print(f"autosched: warning: {name} not timed: {exc}", file=sys.stderr)
+            continue
+        if err > TOLERANCE:
             print(
-                f"autosched: warning: output {i} differs from the reference by "
-                f"{float(np.abs(g - w).max()):.3g}",
+                f"autosched: warning: {name}'s outputs differ from {model.framework}'s by "
+                f"{err:.3g}: not timed",
                 file=sys.stderr,
             )
+            continue
+        runners[name] = lambda runtime=runtime: list(runtime(arrays))
+    check: dict = {"correct": None, "max_rel_error": None}
+    if "tuned" in runners:
+        err = max_error(runners["tuned"](), expected)
+        check = {"correct": err <= TOLERANCE, "max_rel_error": err}
+        if err > TOLERANCE:
+            print(
+                f"autosched: warning: output of the tuned build differs from the reference "
+                f"({model.framework}) by {err:.3g} of its largest magnitude",
+                file=sys.stderr,
+            )
+    for name, timing in time_rounds(runners, rounds=3, round_s=0.3).items():
+        latency[name] = timing.median_ms
+    return latency, check
 
 
 def cmd_model_build(args: argparse.Namespace) -> int:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -53,6 +53,7 @@ class Model:
     inputs: tuple[TensorSpec, ...]
     _reference: Reference = field(repr=False)
     _int_ranges: Mapping[str, InputRange] = field(default_factory=dict, repr=False)
+    _runtimes: Callable[[int | None], dict[str, Reference]] | None = field(default=None, repr=False)
 
     def example_inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Random inputs of the right shapes and dtypes: standard normal floats; integers
@@ -87,6 +88,16 @@ class Model:
                     f"accepted: {_dims(spec.shape)}"
                 )
         return self._reference(arrays)
+
+    def runtimes(self, threads: int | None = None) -> dict[str, Reference]:
+        """Fresh host runtimes that compute this model, by name, each on ``threads``
+        threads (None: the runtime's own default): ``onnxruntime`` for every model, and
+        ``torch`` (eager) for a PyTorch one, whose module onnxruntime runs exported to
+        ONNX. They take arrays as :meth:`reference` does; a runtime that cannot take the
+        model raises :class:`InvalidInputError` on its first call."""
+        if self._runtimes is None:
+            return {self.framework: self._reference}
+        return self._runtimes(threads)
 
     def input_names(self) -> str:
         return ", ".join(spec.name for spec in self.inputs)

@@ -44,28 +44,40 @@ def load_onnx(path: Path, *, inputs: Mapping[str, tuple[int, ...]] | None = None
     # The frontend may rename inputs into valid identifiers; its parameters keep the
     # graph's order, so the onnxruntime feed maps by position.
     feed_names = {spec.name: value.name for spec, value in zip(specs, graph_inputs)}
+    model_bytes = proto.SerializeToString()
     return Model(
         name=path.stem,
         framework="onnx",
         mod=mod,
         inputs=specs,
-        _reference=_OnnxRuntime(proto.SerializeToString(), feed_names),
+        _reference=_OnnxRuntime(model_bytes, feed_names),
+        _runtimes=lambda threads: {"onnxruntime": _OnnxRuntime(model_bytes, feed_names, threads)},
     )
 
 
 class _OnnxRuntime:
-    """onnxruntime on the host CPU, the session made on first use."""
+    """onnxruntime on the host CPU (on ``threads`` intra-op threads where given), the
+    session made on first use."""
 
-    def __init__(self, model_bytes: bytes, feed_names: dict[str, str]) -> None:
+    def __init__(
+        self, model_bytes: bytes, feed_names: dict[str, str], threads: int | None = None
+    ) -> None:
         self._bytes = model_bytes
         self._feed_names = feed_names
+        self._threads = threads
         self._session: Any = None
 
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         import onnxruntime as ort
 
         if self._session is None:
-            self._session = ort.InferenceSession(self._bytes, providers=["CPUExecutionProvider"])
+            options = ort.SessionOptions()
+            if self._threads:
+                options.intra_op_num_threads = self._threads
+                options.inter_op_num_threads = 1
+            self._session = ort.InferenceSession(
+                self._bytes, options, providers=["CPUExecutionProvider"]
+            )
         feed = {self._feed_names[name]: np.asarray(a) for name, a in arrays.items()}
         return tuple(np.asarray(out) for out in self._session.run(None, feed))
 

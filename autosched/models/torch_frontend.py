@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import inspect
+import io
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
@@ -124,31 +125,74 @@ def _from_program(
     specs = main_inputs(mod)
     user_names = [n for n, _ in _user_inputs(program)]
     relax_ranges = {spec.name: ranges[u] for spec, u in zip(specs, user_names) if u in ranges}
+    names = [spec.name for spec in specs]
     return Model(
         name=name,
         framework="torch",
         mod=mod,
         inputs=specs,
-        _reference=_TorchEager(reference, [spec.name for spec in specs]),
+        _reference=_TorchEager(reference, names),
         _int_ranges=relax_ranges,
+        _runtimes=lambda threads: {
+            "onnxruntime": _InOnnxRuntime(reference, names, threads),
+            "torch": _TorchEager(reference, names, threads),
+        },
     )
 
 
 class _TorchEager:
-    """The module in torch eager mode, without autograd, inputs in the given order."""
+    """The module in torch eager mode, without autograd, inputs in the given order (on
+    ``threads`` threads where given: torch's setting is per process)."""
 
-    def __init__(self, module: Any, names: list[str]) -> None:
+    def __init__(self, module: Any, names: list[str], threads: int | None = None) -> None:
         self._module = module
         self._names = names
+        self._threads = threads
 
     def __call__(self, arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
         import torch
         from torch.utils._pytree import tree_leaves
 
+        if self._threads and torch.get_num_threads() != self._threads:
+            torch.set_num_threads(self._threads)
         args = [torch.from_numpy(np.ascontiguousarray(arrays[n])) for n in self._names]
         with torch.no_grad():
             out = self._module(*args)
         return tuple(t.detach().numpy() for t in tree_leaves(out) if isinstance(t, torch.Tensor))
+
+
+class _InOnnxRuntime:
+    """The module exported to ONNX (TorchScript's exporter, opset 17, offline) and run in
+    onnxruntime; exported on the first call, with its arrays as the example inputs."""
+
+    def __init__(self, module: Any, names: list[str], threads: int | None) -> None:
+        self._module = module
+        self._names = names
+        self._threads = threads
+        self._run: Any = None
+
+    def __call__(self, arrays: Mapping[str, np.ndarray]) -> tuple[np.ndarray, ...]:
+        if self._run is None:
+            import torch
+
+            from autosched.models.onnx_frontend import _OnnxRuntime
+
+            args = tuple(torch.from_numpy(np.ascontiguousarray(arrays[n])) for n in self._names)
+            feed = {n: f"input{i}" for i, n in enumerate(self._names)}
+            buffer = io.BytesIO()
+            try:
+                with torch.no_grad(), _quiet():
+                    torch.onnx.export(
+                        self._module, args, buffer, dynamo=False, opset_version=17,
+                        input_names=list(feed.values()),
+                    )  # fmt: skip
+            except Exception as exc:  # the exporter raises anything; one line for the user
+                raise InvalidInputError(
+                    f"torch.onnx could not export the model for onnxruntime: "
+                    f"{_first_line(exc)}; accepted: modules its TorchScript exporter takes"
+                ) from exc
+            self._run = _OnnxRuntime(buffer.getvalue(), feed, self._threads)
+        return self._run(arrays)
 
 
 def _check_ops(program: Any, source: str) -> None:
@@ -254,7 +298,9 @@ def _first_line(exc: BaseException) -> str:
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
     """torch's notes about its own internals (FutureWarnings such as pytree's
-    ``LeafSpec``) while exporting: nothing a user of a model can act on."""
+    ``LeafSpec``, the ONNX exporter's DeprecationWarning) while exporting: nothing a user
+    of a model can act on."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
         yield
