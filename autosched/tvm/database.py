@@ -195,26 +195,6 @@ class RelaxBuild:
             specs.append(TensorSpec(param.name, shape, str(ty.dtype), "input"))
         return tuple(specs)
 
-    def latency_ms(self, *args: Any, min_time_s: float = 0.2, **kwargs: Any) -> float:
-        """Median milliseconds of ``main`` on these arguments (llvm, host CPU; the
-        arguments bind as for a call)."""
-        import numpy as np
-        import tvm
-        from tvm import relax
-
-        if self.target != "llvm":
-            raise InvalidInputError(
-                f"a Relax build for {self.target} is not timed in this process; accepted: llvm"
-            )
-        arrays = bind(self.inputs, args, kwargs, what="main")
-        dev = tvm.cpu()
-        vm = relax.VirtualMachine(self.executable, dev)
-        tensors = [tvm.runtime.tensor(a, dev) for a in arrays.values()]
-        timer = vm.time_evaluator(
-            "main", dev, number=1, repeat=5, min_repeat_ms=int(min_time_s * 200)
-        )
-        return float(np.median(timer(*tensors).results)) * 1e3
-
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``main`` on the host CPU with numpy arrays: ``built(x, w)``, ``built(x=x, w=w)``.
 
