@@ -52,8 +52,8 @@ class Model:
     mod: IRModule
     inputs: tuple[TensorSpec, ...]
     _reference: Reference = field(repr=False)
+    _runtimes: Callable[[int | None], dict[str, Reference]] = field(repr=False)
     _int_ranges: Mapping[str, InputRange] = field(default_factory=dict, repr=False)
-    _runtimes: Callable[[int | None], dict[str, Reference]] | None = field(default=None, repr=False)
 
     def example_inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
         """Random inputs of the right shapes and dtypes: standard normal floats; integers
@@ -95,8 +95,6 @@ class Model:
         ``torch`` (eager) for a PyTorch one, whose module onnxruntime runs exported to
         ONNX. They take arrays as :meth:`reference` does; a runtime that cannot take the
         model raises :class:`InvalidInputError` on its first call."""
-        if self._runtimes is None:
-            return {self.framework: self._reference}
         return self._runtimes(threads)
 
     def input_names(self) -> str:
