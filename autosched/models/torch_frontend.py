@@ -181,11 +181,8 @@ class _InOnnxRuntime:
             feed = {n: f"input{i}" for i, n in enumerate(self._names)}
             buffer = io.BytesIO()
             try:
-                with torch.no_grad(), _quiet():
-                    torch.onnx.export(
-                        self._module, args, buffer, dynamo=False, opset_version=17,
-                        input_names=list(feed.values()),
-                    )  # fmt: skip
+                with _quiet():
+                    export_onnx(self._module, args, buffer)
             except Exception as exc:  # the exporter raises anything; one line for the user
                 raise InvalidInputError(
                     f"torch.onnx could not export the model for onnxruntime: "
@@ -193,6 +190,26 @@ class _InOnnxRuntime:
                 ) from exc
             self._run = _OnnxRuntime(buffer.getvalue(), feed, self._threads)
         return self._run(arrays)
+
+
+def export_onnx(module: Any, example: tuple[Any, ...], target: Any) -> None:
+    """Write ``module`` as ONNX to ``target`` (a path or a binary file) with TorchScript's
+    exporter (opset 17).
+
+    torch 2.13's default (dynamo) exporter needs onnxscript, which the ``models`` extra
+    does not bring; the TorchScript one works offline. Inputs are named ``input0``, ...,
+    outputs ``output0``, ...; eval-mode batch-norm after a convolution is folded by it.
+    """
+    import torch
+
+    with torch.no_grad():
+        outputs = module(*example)
+        count = len(outputs) if isinstance(outputs, tuple | list) else 1
+        torch.onnx.export(
+            module, example, target, dynamo=False, opset_version=17,
+            input_names=[f"input{i}" for i in range(len(example))],
+            output_names=[f"output{i}" for i in range(count)],
+        )  # fmt: skip
 
 
 def _check_ops(program: Any, source: str) -> None:

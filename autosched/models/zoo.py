@@ -199,19 +199,10 @@ def tiny_gpt2_block() -> Built:
 
 
 def export_onnx(module: nn.Module, example: tuple[torch.Tensor, ...], path: str | Path) -> Path:
-    """Write ``module`` as an ONNX file with TorchScript's exporter (opset 17).
+    """Write ``module`` as an ONNX file (:func:`autosched.models.torch_frontend.export_onnx`:
+    TorchScript's exporter, opset 17, inputs ``input0``, ..., outputs ``output0``, ...)."""
+    from autosched.models.torch_frontend import export_onnx as export
 
-    torch 2.13's default (dynamo) exporter needs onnxscript, which the ``models`` extra
-    does not bring; the TorchScript one works offline. Inputs are named ``input0``, ...,
-    outputs ``output0``, ...; eval-mode batch-norm after a convolution is folded by it.
-    """
     path = Path(path)
-    with torch.no_grad():
-        outputs = module(*example)
-    count = len(outputs) if isinstance(outputs, tuple | list) else 1
-    torch.onnx.export(
-        module, example, str(path), dynamo=False, opset_version=17,
-        input_names=[f"input{i}" for i in range(len(example))],
-        output_names=[f"output{i}" for i in range(count)],
-    )  # fmt: skip
+    export(module, example, str(path))
     return path
