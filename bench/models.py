@@ -11,7 +11,7 @@ causal mask (seq 128). Each is imported with ``autosched.models.load_model`` (th
 - autosched / MetaSchedule after N trials per task: the ``TUNED`` hooks below, each a
   function that tunes the model and returns a built Relax executable
   (bench/models_autosched.py, always; bench/models_ms.py with ``--metaschedule``);
-- onnxruntime (the model exported by ``zoo.export_onnx``) and torch eager.
+- onnxruntime (the module exported to ONNX) and torch eager: ``Model.runtimes``.
 
 Every runner's outputs are checked against torch eager before its timings count. The
 runners are timed in interleaved rounds (the machine is shared: figures from one window
@@ -96,20 +96,6 @@ def onnxruntime_runner(path: Path, inputs: Sequence[np.ndarray]) -> Runner:
     return lambda: [np.asarray(o) for o in session.run(None, feed)]
 
 
-def torch_runner(module: Any, model: Model, arrays: Mapping[str, np.ndarray]) -> Runner:
-    import torch
-
-    torch.set_num_threads(THREADS)
-    args = [torch.from_numpy(arrays[spec.name]) for spec in model.inputs]
-
-    def run() -> list[np.ndarray]:
-        with torch.no_grad():
-            out = module(*args)
-        return [t.numpy() for t in (out if isinstance(out, tuple | list) else (out,))]
-
-    return run
-
-
 def bench_model(
     key: str, *, tiny: bool, rounds: int, round_s: float, tolerance: float, trials: tuple[int, ...]
 ) -> dict:
@@ -122,7 +108,7 @@ def bench_model(
     t0 = time.perf_counter()
     model = load_model(f"{ZOO}:{factory}")
     import_s = time.perf_counter() - t0
-    module, example = getattr(zoo, factory)()
+    module, _ = getattr(zoo, factory)()
     arrays = model.example_inputs(np.random.default_rng(0))
     expected = model.reference(arrays)
 
@@ -148,10 +134,13 @@ def bench_model(
     build_s["tvm_untuned"] = time.perf_counter() - t0
     add("tvm_untuned", tvm_runner(executable, model, arrays))
 
-    with tempfile.TemporaryDirectory(prefix="bench-models-") as tmp:
-        onnx_path = zoo.export_onnx(module, example, Path(tmp) / f"{factory}.onnx")
-        add("onnxruntime", onnxruntime_runner(onnx_path, [arrays[s.name] for s in model.inputs]))
-    add("torch_eager", torch_runner(module, model, arrays))
+    # The model's own runtimes (Model.runtimes, as `autosched model tune` times them):
+    # onnxruntime on the module exported to ONNX, and torch eager.
+    for name, runtime in model.runtimes(THREADS).items():
+        add(
+            "torch_eager" if name == "torch" else name,
+            lambda runtime=runtime: list(runtime(arrays)),
+        )
 
     tuned: dict[str, dict] = {}
     for tuner, hook in TUNED.items():
