@@ -17,17 +17,21 @@ in order (distinct configs, at most ``budget``; fewer when a strategy gives up):
   Kernel Tuner cache file written from the cache, with one tunable parameter per knob
   and a restriction to the recorded configs (its search space is exactly the cache).
   Kernel Tuner draws from Python's and NumPy's global generators, which are seeded
-  before each run.
+  before each run; bayes_opt's two other sources of chance (an unseeded Latin
+  hypercube, refits timed by the wall clock) are pinned for the run
+  (:func:`_deterministic_bayes_opt`), so every strategy's run is a function of its seed.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import logging
 import os
 import random
 import tempfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -193,6 +197,38 @@ class _RecordedPrefix:
         return tuple(values[i] for i in at) in seen
 
 
+@contextlib.contextmanager
+def _deterministic_bayes_opt(seed: int) -> Iterator[None]:
+    """Kernel Tuner 1.5's bayes_opt, made a function of its seed for the block.
+
+    Two things in it escape the global generators seeded before a run, so one seed gave
+    a different run each time (in one process or a fresh one):
+
+    * it draws its initial sample from SciPy's ``LatinHypercube`` without a seed (fresh
+      operating-system entropy): here the constructor gets a generator seeded from
+      ``seed``;
+    * its default method (multi-ultrafast) refits the Gaussian process only when the
+      last evaluation took at least ``predict_eval_ratio`` (5) times the last
+      prediction by the wall clock, else every 5th evaluation. In simulation an
+      evaluation is a lookup of microseconds, so whether it refits depended on the
+      machine's load; in a live run an evaluation (compile, verify, time a kernel)
+      takes far longer than a prediction and it refits after every one. Here the ratio
+      is 0, so it refits after every evaluation, as it would live.
+    """
+    from kernel_tuner.strategies import bayes_opt
+
+    cls = bayes_opt.BayesianOptimization
+    name = "_BayesianOptimization__optimize_multi_ultrafast"
+    unseeded, ultrafast = bayes_opt.LatinHypercube, getattr(cls, name)
+    bayes_opt.LatinHypercube = functools.partial(unseeded, rng=np.random.default_rng(seed))
+    setattr(cls, name, functools.partialmethod(ultrafast, predict_eval_ratio=0))
+    try:
+        yield
+    finally:
+        bayes_opt.LatinHypercube = unseeded
+        setattr(cls, name, ultrafast)
+
+
 class KernelTunerReplay:
     """Kernel Tuner's simulation mode over one cache (its cache file written once)."""
 
@@ -209,11 +245,17 @@ class KernelTunerReplay:
         self.restriction: Callable[..., bool] = _RecordedPrefix(list(by_row))
 
     def run(self, strategy: str, seed: int, budget: int) -> list[str]:
+        random.seed(seed)
+        np.random.seed(seed)  # noqa: NPY002 - Kernel Tuner draws from the global generators
+        with _deterministic_bayes_opt(seed):
+            results = self._tune(strategy, budget)
+        keys = [self.by_row.get(tuple(r[n] for n in self.names)) for r in results if r]
+        return _distinct([k for k in keys if k is not None])[:budget]
+
+    def _tune(self, strategy: str, budget: int) -> list[dict[str, Any]]:
         from constraint import FunctionConstraint
         from kernel_tuner import tune_kernel
 
-        random.seed(seed)
-        np.random.seed(seed)  # noqa: NPY002 - Kernel Tuner draws from the global generators
         results, _ = tune_kernel(
             self.cache.workload.op,
             "",
@@ -231,8 +273,7 @@ class KernelTunerReplay:
             quiet=True,
             verbose=False,
         )
-        keys = [self.by_row.get(tuple(r[n] for n in self.names)) for r in results if r]
-        return _distinct([k for k in keys if k is not None])[:budget]
+        return results
 
     def close(self) -> None:
         if self._tmp is not None:

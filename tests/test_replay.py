@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -259,10 +260,14 @@ def test_kernel_tuner_simulation_mode_over_a_small_cache(small):
             assert 0 < len(keys) <= 24
             assert len(set(keys)) == len(keys)
             assert set(keys) <= set(small.records)
-        # A seed repeats a run. Not bayes_opt's: its default method (multi-ultrafast)
-        # refits the Gaussian process when an evaluation took longer than 5x the last
-        # prediction by the wall clock, so a pause can change its path (1 run in ~240).
-        assert kt.run("genetic_algorithm", 1, 24) == kt.run("genetic_algorithm", 1, 24)
+        # A seed repeats a run, bayes_opt's too: its unseeded Latin hypercube and its
+        # refits timed by the wall clock are pinned for the run (a pause in between
+        # must change nothing), and a second seed is a different run.
+        for strategy in ("genetic_algorithm", "bayes_opt"):
+            first = kt.run(strategy, 1, 24)
+            time.sleep(0.2)
+            assert kt.run(strategy, 1, 24) == first, strategy
+        assert kt.run("bayes_opt", 2, 24) != first
     finally:
         kt.close()
 
