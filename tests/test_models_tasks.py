@@ -405,7 +405,7 @@ def test_the_search_learns_only_from_records_of_its_space_kind(bert, host):
 @pytest.mark.parametrize("lanes", [4, 8])
 def test_the_default_schedule_vectorises_a_pooling_window_across_channels(resnet, host, lanes):
     # Channels-last max-pool: the window's reduction loops go outside the channel
-    # lanes, so the lanes are vectorised and the rest of the image is one parallel loop.
+    # lanes, so the lanes are vectorised; the image's leading loops are one parallel loop.
     import dataclasses
 
     from tvm import tirx
@@ -422,8 +422,33 @@ def test_the_default_schedule_vectorises_a_pooling_window_across_channels(resnet
     kinds = [lp.kind for lp in loops]
     assert kinds[0] == tirx.ForKind.PARALLEL and kinds[-1] == tirx.ForKind.VECTORIZED
     assert int(loops[-1].extent) == lanes
-    assert kinds.count(tirx.ForKind.SERIAL) == 2  # the window, outside the lanes
+    window = [lp for lp in loops if lp.loop_var.name.startswith("rv")]
+    assert [lp.kind for lp in window] == [tirx.ForKind.SERIAL] * 2
+    assert loops[-3:-1] == window  # the window, right outside the lanes
     _assert_runs_as_reference(sch, wl, seed=2)
+
+
+def test_the_default_schedule_parallelises_only_the_loops_that_feed_the_cores(resnet, host):
+    # The block's input transpose (1x8x16x16 to channels last, rows x columns x
+    # channels): only as many leading loops as give every core 16 tasks are fused and
+    # parallel (the rows for one core, rows x columns for 16, all for 64); the rest stay
+    # plain loops inside each task.
+    import dataclasses
+
+    from tvm import tirx
+    from tvm.s_tir import Schedule
+
+    mod, _, _ = resnet
+    for cores, parallel in ((1, 16), (16, 16 * 16), (64, 16 * 16 * 8)):
+        limits = dataclasses.replace(host.limits, cores=cores, vector_lanes=16)
+        task = next(t for t in extract_tasks(mod, limits=limits) if t.name == "transpose")
+        sch = Schedule(task.workload.prim_func())
+        default_schedule(sch, limits=limits)
+        (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+        loops = [sch.get(lv) for lv in sch.get_loops(block)]
+        assert loops[0].kind == tirx.ForKind.PARALLEL and int(loops[0].extent) == parallel
+        assert all(lp.kind == tirx.ForKind.SERIAL for lp in loops[1:])
+    _assert_runs_as_reference(sch, task.workload, seed=4)
 
 
 def test_the_default_schedule_inlines_a_pooling_window_s_padding(host):
