@@ -148,9 +148,8 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     are the lanes of its vectors and whose instruction-level parallelism comes from the
     register tile, up to the native width it reports (1 on NVIDIA's driver: in the H100
     and H200 samples the best scalar config beat the best float2 one by 3 to 61 %), a
-    register tile up to what the vector
-    registers hold (three quarters of them, the rest for operands; past that it
-    spills), operand reuse (intensity), a little unrolling, and enough work-groups to
+    register tile up to what the vector registers hold (three quarters of them, the
+    rest for operands; past that it spills), operand reuse (intensity), a little unrolling, and enough work-groups to
     fill the compute units; on a GPU, enough work-items in all to give every compute unit
     a full work-group's worth in flight (a GPU hides memory latency by switching between
     resident work-items: a register tile that leaves too few of them starves it; on an
