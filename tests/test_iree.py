@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import autosched
-from autosched.iree.build import annotated_mlir, build_iree
+from autosched.iree.build import GPU_REPEAT, annotated_mlir, build_iree
 from autosched.iree.linalg import domain, emit
 from autosched.iree.mlir import find_roots
 from autosched.iree.render import compilation_info
@@ -122,7 +122,9 @@ def test_a_gpu_s_limits_narrow_to_what_its_spirv_target_builds():
     assert "shared memory exceed the device's 16384" in narrow.check(staged)
     fits = staged.replace(**{"red.k": 8})
     assert narrow.check(fits) is None
-    assert build_iree(narrow, fits).module
+    program = build_iree(narrow, fits)
+    # A GPU's call costs more than its kernels: a second module repeats each dispatch.
+    assert program.module and program.repeated and program.repeat == GPU_REPEAT
 
 
 @pytest.mark.parametrize("wl", WORKLOADS, ids=str)
@@ -252,6 +254,26 @@ def test_vulkan_measures_a_tuned_config_and_reads_results_back_aligned(vulkan):
             assert outcome.status == OK, outcome.error
 
 
+def test_repeated_dispatches_time_the_kernels_not_the_call(vulkan):
+    """Where a second module runs each dispatch ``repeat`` times per call (built so for
+    GPUs), the time per dispatch is the difference between the two modules' calls over
+    repeat - 1: on lavapipe, where a call costs little beside its kernel, about what one
+    call of the plain module takes (not nine times it)."""
+    wl = autosched.workload("matmul", M=128, N=128, K=128)
+    space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
+    plain = build_iree(space, space.default())
+    assert plain.repeated is None  # lavapipe is a CPU: its calls are timed as they are
+    repeated = build_iree(space, space.default(), repeat=9)
+    assert repeated.repeat == 9 and repeated.repeated
+    timing = TimingOptions(warmup=1, min_repeats=5, max_repeats=20, min_time_s=0.05)
+    with MeasureWorker(vulkan, timeout_s=120) as worker:
+        one = worker.measure(plain, make_data(wl), timing)
+        per = worker.measure(repeated, make_data(wl), timing)
+    assert one.status == OK and per.status == OK, (one.error, per.error)
+    ratio = float(np.median(per.latencies) / np.median(one.latencies))
+    assert 1 / 3 < ratio < 3, ratio
+
+
 @pytest.mark.parametrize(
     "wl",
     [
@@ -352,6 +374,16 @@ x = np.arange(37, dtype=np.float32)[1:]  # a view: its data is not page-aligned
 arr = runner.rt.asdevicearray(runner.device, x)
 assert not arr._is_mappable()  # the path DeviceArray.to_host() fails on
 np.testing.assert_array_equal(runner.to_numpy(arr), x)
+
+
+class NoImport(IreeRunner):  # a driver without VK_EXT_external_memory_host (NVIDIA's)
+    def _importable(self, memory_type, usage, nbytes):
+        return False
+
+
+staged = NoImport("vulkan")
+arr = staged.rt.asdevicearray(staged.device, x)
+np.testing.assert_array_equal(staged.to_numpy(arr), x)
 print("read back")
 """
 

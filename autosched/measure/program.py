@@ -75,6 +75,11 @@ class IreeProgram:
         driver: the IREE runtime driver it runs on (``local-task``, ``vulkan``).
         tensors: the workload's inputs and outputs, as in :class:`KernelProgram`.
         mlir: the annotated MLIR it was compiled from (for the record and for debugging).
+        repeated: the same module with every dispatch run ``repeat`` times per call
+            (``--iree-hal-benchmark-dispatch-repeat-count``), or None: where one call
+            costs more than its kernels (a GPU), the kernels' time is the difference
+            between the two modules' calls (:mod:`autosched.measure.iree_runner`).
+        repeat: the dispatches per call of ``repeated``.
     """
 
     kind: ClassVar[str] = "iree"
@@ -83,6 +88,8 @@ class IreeProgram:
     driver: str
     tensors: tuple[TensorSpec, ...]
     mlir: str = field(default="", repr=False, hash=False, compare=False)
+    repeated: bytes | None = field(default=None, repr=False)
+    repeat: int = 1
 
 
 Program = KernelProgram | CpuProgram | IreeProgram
