@@ -136,6 +136,28 @@ def test_on_a_gpu_the_prior_credits_dedicated_local_memory_and_scalar_work_items
     assert place_of_best(emulated) > place
 
 
+def test_a_gpu_that_does_not_say_its_compute_units_gets_no_prior():
+    """IREE's Vulkan devices carry no compute-unit count (vulkaninfo prints none): on the
+    H100's IREE Vulkan sample the prior without its fill terms ranked the measured
+    configs below chance, so it scores every config alike there; the same rows with the
+    H100's 132 compute units get the GPU prior."""
+    from autosched.tuning.replay import read_records
+
+    path = Path(__file__).parent.parent / "bench/replay/conv2d-resnet3x3-iree-vulkan-h100.jsonl.gz"
+    ok = [r for r in read_records(path) if r.ok]
+    assert ok[0].device["type"] == "gpu" and ok[0].device["compute_units"] == 1
+    space = make_space(
+        workload_from_json(ok[0].workload),
+        target="iree-vulkan",
+        limits=device_limits(ok[0].device, "iree-vulkan"),
+    )
+    X = featurize(space, [Config(r.config) for r in ok])
+    assert not prior_score(X).any()
+    known = X.copy()
+    known[:, feature_names(space).index("dev_log_units")] = np.log2(132)
+    assert np.ptp(prior_score(known)) > 1.0
+
+
 # -- the own ensemble --------------------------------------------------------------------
 
 

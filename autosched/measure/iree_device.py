@@ -37,7 +37,8 @@ class IreeDevice:
         driver: the IREE runtime driver (``local-task`` or ``vulkan``).
         driver_info: the Vulkan driver and its version (empty for the CPU).
         type: ``cpu`` or ``gpu`` (lavapipe is a CPU-type Vulkan device).
-        cores: host cores the runtime's (or lavapipe's) threads may use.
+        cores: host cores the runtime's (or lavapipe's) threads may use; 1 for a GPU,
+            whose compute units Vulkan does not report (the prior reads 1 as unknown).
         max_invocations: Vulkan workgroup invocations at most: the device's, narrowed to
             what its SPIR-V target assumes (1 for the CPU).
         shared_bytes: Vulkan shared memory per workgroup, narrowed the same way (0 for
