@@ -1,12 +1,15 @@
-"""IREE Vulkan configs built here and measured on a machine without the compiler.
+"""IREE configs built here and measured on a machine without the compiler.
 
-A lent GPU machine has a Vulkan driver but neither ``iree-base-compiler`` (350 MB, more
-than a call may carry) nor a network. So the two halves of a tune run apart:
+A lent GPU machine has a Vulkan driver and a CPU of its own but neither
+``iree-base-compiler`` (350 MB, more than a call may carry) nor a network. So the two
+halves of a tune run apart:
 
-- ``build``, here: a random sample of an ``iree-vulkan`` space, plus IREE's own config
-  (``auto``) and IREE's config written out as knobs, each compiled by the same build
-  function a tune uses, for the SPIR-V target of the GPU described by ``--vulkaninfo``
-  (that machine's ``vulkaninfo`` output). The built modules go into one file.
+- ``build``, here: a random sample of an ``iree-vulkan`` or ``iree-llvm-cpu`` space,
+  plus IREE's own config (``auto``) and IREE's config written out as knobs, each
+  compiled by the same build function a tune uses, for the device described by
+  ``--vulkaninfo`` (that machine's ``vulkaninfo`` output: its GPU's SPIR-V target) or
+  ``--cpuinfo`` and ``--llvm-cpu`` (its ``/proc/cpuinfo`` and LLVM's name of its CPU).
+  The built modules go into one file.
 - ``measure``, there (with ``iree-base-runtime``): each module timed by autosched's
   :class:`~autosched.tuner.Tuner` in its killable measurement worker (numpy reference
   first, warm-up, repeats, interleaved passes), then the fastest few re-timed side by
@@ -14,6 +17,7 @@ than a call may carry) nor a network. So the two halves of a tune run apart:
   that ``bench/replay.py`` replays searches on.
 
     python -m bench.iree_prebuilt build --op matmul --vulkaninfo gpu.txt --configs 150 -o b/
+    python -m bench.iree_prebuilt build --op matmul --cpuinfo cpu.txt --llvm-cpu sapphirerapids -o c/
     python -m bench.iree_prebuilt measure b/ --db out.db --export out.jsonl.gz
 
 Replaying the search over the sample stands in for a live tune there; every figure the
@@ -40,7 +44,6 @@ from autosched.records.record import OK
 from autosched.space.config import Config
 from autosched.space.select import make_space
 
-TARGET = "iree-vulkan"
 OPS = ["conv2d", "conv2d-resnet", "matmul"]  # bench.iree.WORKLOADS (which needs the compiler)
 
 
@@ -55,6 +58,55 @@ def _device_from_vulkaninfo(path: str):
     return device_from_info((gpus or infos)[0], 0, host_cpu(), iree_version())
 
 
+def _cpu_from_cpuinfo(path: str, llvm_cpu: str):
+    """The iree-llvm-cpu device of another machine, from its /proc/cpuinfo."""
+    from autosched.measure.cpu import _ISA_FLAGS
+    from autosched.measure.iree_device import iree_version
+
+    text = Path(path).read_text()
+    blocks = [b for b in text.split("\n\n") if "processor" in b]
+    if not blocks:
+        sys.exit(f"{path}: no processor in this file; accepted: a copy of /proc/cpuinfo")
+    info = dict(
+        (k.strip(), v.strip())
+        for k, sep, v in (ln.partition(":") for ln in blocks[0].splitlines())
+        if sep
+    )
+    flags = set(info.get("flags", "").split())
+    isa = tuple(f for f in _ISA_FLAGS if f in flags)
+    model = " ".join(
+        f"{label} {info[key]}".strip()
+        for key, label in (("vendor_id", ""), ("cpu family", "family"), ("model", "model"))
+        if info.get(key)
+    )
+    return _cpu_device_of(
+        info.get("model name", ""), model, len(blocks), isa, iree_version(), llvm_cpu
+    )
+
+
+def _cpu_device_of(name: str, model: str, cores: int, isa: tuple, version: str, llvm_cpu: str):
+    from autosched.measure.iree_device import IreeDevice, _vector_bits
+
+    return IreeDevice(
+        target="iree-llvm-cpu",
+        name=name,
+        driver="local-task",
+        driver_info="",
+        type="cpu",
+        cores=cores,
+        max_invocations=1,
+        shared_bytes=0,
+        subgroup_size=0,
+        vector_bits=_vector_bits(isa),
+        isa=isa,
+        vulkan_target="",
+        iree_version=version,
+        cpu_name=name,
+        cpu_model=model,
+        llvm_cpu=llvm_cpu,
+    )
+
+
 def _build_one(args: tuple) -> BuildResult:
     from autosched.tuner import _build_task
 
@@ -66,19 +118,25 @@ def cmd_build(args: argparse.Namespace) -> None:
 
     op, params = WORKLOADS[args.op]
     wl = autosched.workload(op, **params)
-    dev = _device_from_vulkaninfo(args.vulkaninfo)
-    space = make_space(wl, target=TARGET, limits=dev.limits)
+    if bool(args.vulkaninfo) == bool(args.cpuinfo):
+        sys.exit("give one of --vulkaninfo (iree-vulkan) and --cpuinfo (iree-llvm-cpu)")
+    if args.vulkaninfo:
+        dev = _device_from_vulkaninfo(args.vulkaninfo)
+    else:
+        dev = _cpu_from_cpuinfo(args.cpuinfo, args.llvm_cpu)
+    space = make_space(wl, target=dev.target, limits=dev.limits)
     rng = np.random.default_rng(args.seed)
     configs = {c.key: c for c in [space.default(), *space.seeds()]}
     for c in space.sample(rng, args.configs):
         configs.setdefault(c.key, c)
-    jobs = [(wl.to_json(), c.to_json(), dev.limits, TARGET) for c in configs.values()]
+    jobs = [(wl.to_json(), c.to_json(), dev.limits, dev.target) for c in configs.values()]
     start = time.perf_counter()
     with cf.ProcessPoolExecutor(args.jobs) as pool:
         built = list(pool.map(_build_one, jobs))
     ok = sum(b.program is not None for b in built)
     print(
-        f"{args.op}: {len(built)} configs for {dev.name} ({dev.vulkan_target}): {ok} built, "
+        f"{args.op}: {len(built)} configs for {dev.name} ({dev.vulkan_target or dev.llvm_cpu}): "
+        f"{ok} built, "
         f"{len(built) - ok} refused, {time.perf_counter() - start:.0f} s"
     )
     out = Path(args.out)
@@ -134,6 +192,32 @@ def _gpu_here(expected: str) -> dict:
     return {"name": name, "driver_info": version}
 
 
+def _cpu_here(fields: dict) -> dict:
+    """This machine's CPU as the fingerprint names it; it must have the cores and the
+    vector width the bundle's space was pruned for."""
+    from autosched.measure.cpu import _ISA_FLAGS, _cpuinfo, _usable_cores, cpu_model_id
+    from autosched.measure.iree_device import _vector_bits
+
+    info = _cpuinfo()
+    flags = set(info.get("flags", "").split())
+    isa = tuple(f for f in _ISA_FLAGS if f in flags)
+    cores = _usable_cores()
+    if cores != fields["cores"] or _vector_bits(isa) != fields["vector_bits"]:
+        sys.exit(
+            f"the bundle was built for {fields['cores']} cores of {fields['vector_bits']}-bit "
+            f"vectors; this machine has {cores} of {_vector_bits(isa)}"
+        )
+    name = info.get("model name", "")
+    return {"name": name, "cpu_name": name, "cpu_model": cpu_model_id(), "isa": isa}
+
+
+def _numpy_ms(wl) -> float | None:
+    """numpy (its BLAS, all cores) on the workload, for scale; None where it has none."""
+    from autosched.report.vendor import VENDOR_OPS, time_vendor
+
+    return time_vendor(wl).median_s * 1e3 if wl.op in VENDOR_OPS else None
+
+
 def cmd_measure(args: argparse.Namespace) -> None:
     from autosched.measure.iree_device import IreeDevice
     from autosched.measure.runner import TimingOptions
@@ -148,23 +232,28 @@ def cmd_measure(args: argparse.Namespace) -> None:
         with open(path, "rb") as f:
             bundle = pickle.load(f)
         fields = dict(bundle["device"], isa=tuple(bundle["device"]["isa"]))
-        seen = _gpu_here(fields["name"])
-        dev = IreeDevice(
-            **dict(
-                fields, name=seen["name"], driver_info=seen["driver_info"] or fields["driver_info"]
+        if fields["target"] == "iree-vulkan":
+            seen = _gpu_here(fields["name"])
+            fields.update(
+                name=seen["name"], driver_info=seen["driver_info"] or fields["driver_info"]
             )
-        )
+        else:
+            fields.update(_cpu_here(fields))
+        dev = IreeDevice(**fields)
         wl = workload_from_json(bundle["workload"])
         configs = [Config.from_json(c) for c in bundle["configs"]]
         pool = Prebuilt(bundle["configs"], bundle["built"])
         tuner = Tuner(
-            wl, db=db, device=dev, target=TARGET, builders=pool, timeout_s=args.timeout,
+            wl, db=db, device=dev, target=dev.target, builders=pool, timeout_s=args.timeout,
             timing=TimingOptions(passes=args.passes),
         )  # fmt: skip
         start = time.perf_counter()
         records = []
         try:
             for i in range(0, len(configs), args.batch):
+                if time.perf_counter() - start > args.deadline:
+                    print(f"{path.stem}: deadline after {i} configs", flush=True)
+                    break
                 batch = tuner.measure(configs[i : i + args.batch])
                 db.add(batch)
                 records += batch
@@ -191,6 +280,9 @@ def cmd_measure(args: argparse.Namespace) -> None:
                 "device": dev.name,
                 "driver": dev.driver_info,
                 "vulkan_target": dev.vulkan_target,
+                "llvm_cpu": dev.llvm_cpu,
+                "cpu": dev.cpu_name,
+                "cpu_model": dev.cpu_model,
                 "configs": len(configs),
                 "ok": len(ok),
                 "statuses": _count(r.status for r in records),
@@ -200,6 +292,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
                 "best_config": best.config,
                 "default_ms": auto.latency_s * 1e3 if auto else None,
                 "speedup": auto.latency_s / best.latency_s if auto else None,
+                "numpy_ms": _numpy_ms(wl) if dev.type == "cpu" else None,
             }
         )
         r = rows[-1]
@@ -228,7 +321,11 @@ def main() -> None:
     sub = p.add_subparsers(dest="cmd", required=True)
     b = sub.add_parser("build", help="compile a sample of an iree-vulkan space here")
     b.add_argument("--op", choices=OPS, required=True)
-    b.add_argument("--vulkaninfo", required=True, help="`vulkaninfo` output of the GPU")
+    b.add_argument("--vulkaninfo", default="", help="iree-vulkan: `vulkaninfo` output of the GPU")
+    b.add_argument("--cpuinfo", default="", help="iree-llvm-cpu: /proc/cpuinfo of the CPU")
+    b.add_argument(
+        "--llvm-cpu", default="", help="iree-llvm-cpu: LLVM's name of that CPU (default: this one)"
+    )
     b.add_argument("--configs", type=int, default=150)
     b.add_argument("--seed", type=int, default=1)
     b.add_argument("--jobs", type=int, default=2)
@@ -243,6 +340,7 @@ def main() -> None:
     m.add_argument("--passes", type=int, default=2)
     m.add_argument("--finalists", type=int, default=5)
     m.add_argument("--timeout", type=float, default=30.0)
+    m.add_argument("--deadline", type=float, default=1e9, help="seconds of sampling per op")
     m.set_defaults(func=cmd_measure)
     args = p.parse_args()
     args.func(args)

@@ -335,18 +335,24 @@ def test_a_broken_onnx_file_is_one_line_and_status_2(tmp_path):
     assert line.startswith(f"autosched: error: IREE cannot import {bad}") and "accepted" in line
 
 
-def test_configs_built_here_are_measured_by_another_machine_s_runtime(tmp_path):
+@pytest.mark.parametrize("target", ["iree-vulkan", "iree-llvm-cpu"])
+def test_configs_built_here_are_measured_by_another_machine_s_runtime(tmp_path, target):
     """bench/iree_prebuilt.py: a sample built with the compiler (here, for this machine's
-    Vulkan device) and timed by a process that only loads the built modules (on a lent
-    GPU it has no compiler), records and a replay export out, IREE's config among them."""
+    Vulkan device or CPU, described as another machine's would be) and timed by a
+    process that only loads the built modules (a lent GPU machine has no compiler),
+    records and a replay export out, IREE's config among them."""
     from autosched.tuning.replay import read_records
 
-    info = tmp_path / "vulkaninfo.txt"
-    info.write_text(subprocess.run(["vulkaninfo"], capture_output=True, text=True).stdout)
+    if target == "iree-vulkan":
+        info = tmp_path / "vulkaninfo.txt"
+        info.write_text(subprocess.run(["vulkaninfo"], capture_output=True, text=True).stdout)
+        describe = ["--vulkaninfo", str(info)]
+    else:
+        describe = ["--cpuinfo", "/proc/cpuinfo"]
     bench = [sys.executable, "-m", "bench.iree_prebuilt"]
     root = Path(__file__).resolve().parent.parent
     build = subprocess.run(
-        [*bench, "build", "--op", "conv2d", "--vulkaninfo", str(info), "--configs", "2"]
+        [*bench, "build", "--op", "conv2d", *describe, "--configs", "2"]
         + ["-o", str(tmp_path / "b")],
         capture_output=True, text=True, cwd=root, timeout=600,
     )  # fmt: skip
@@ -360,7 +366,7 @@ def test_configs_built_here_are_measured_by_another_machine_s_runtime(tmp_path):
     )  # fmt: skip
     assert measure.returncode == 0, measure.stderr[-2000:]
     (row,) = json.loads((tmp_path / "s.json").read_text())
-    assert row["configs"] == 3 and row["ok"] >= 1 and row["speedup"] > 0
+    assert row["configs"] >= 3 and row["ok"] >= 1 and row["speedup"] > 0  # 2 drawn, IREE's
     records = read_records(tmp_path / "m.jsonl.gz")
     assert {r.config["pipeline"] for r in records} >= {"auto"}
-    assert all(r.target == "iree-vulkan" and r.device["name"] == row["device"] for r in records)
+    assert all(r.target == target and r.device["name"] == row["device"] for r in records)

@@ -46,7 +46,11 @@ def build_iree(
     if space.target == "iree-vulkan" and vulkan_target is None:
         vulkan_target = spirv_target(space.limits)
     text = annotated_mlir(space, config)
-    flags = compile_flags(space.target, vulkan_target=vulkan_target or "llvmpipe")
+    flags = compile_flags(
+        space.target,
+        vulkan_target=vulkan_target or "llvmpipe",
+        llvm_cpu=space.limits.llvm_cpu or "host",
+    )
     module = compile_mlir(text, flags)
     if repeat is None:
         repeat = GPU_REPEAT if space.target == "iree-vulkan" and not space.limits.is_cpu else 1

@@ -39,7 +39,11 @@ def iree_default_config(space, *, vulkan_target: str | None = None) -> Config | 
     try:
         if not space.cpu and vulkan_target is None:
             vulkan_target = spirv_target(space.limits)
-        flags = compile_flags(space.target, vulkan_target=vulkan_target or "llvmpipe")
+        flags = compile_flags(
+            space.target,
+            vulkan_target=vulkan_target or "llvmpipe",
+            llvm_cpu=space.limits.llvm_cpu or "host",
+        )
         out = compile_mlir(
             emit(space.workload),
             flags,

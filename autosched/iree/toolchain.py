@@ -14,14 +14,17 @@ from functools import cache
 from autosched.errors import DeviceError, ScheduleError
 
 
-def compile_flags(target: str, *, vulkan_target: str = "llvmpipe") -> list[str]:
-    """The ``iree-compile`` flags that build for ``target`` (this machine's CPU for
-    ``iree-llvm-cpu``; ``vulkan_target`` names the SPIR-V target of ``iree-vulkan``)."""
+def compile_flags(
+    target: str, *, vulkan_target: str = "llvmpipe", llvm_cpu: str = "host"
+) -> list[str]:
+    """The ``iree-compile`` flags that build for ``target`` (``iree-llvm-cpu``: the CPU
+    LLVM calls ``llvm_cpu``, this machine's by default; ``vulkan_target`` names the
+    SPIR-V target of ``iree-vulkan``)."""
     if target == "iree-llvm-cpu":
         return [
             "--iree-hal-target-device=local",
             "--iree-hal-local-target-device-backends=llvm-cpu",
-            "--iree-llvmcpu-target-cpu=host",
+            f"--iree-llvmcpu-target-cpu={llvm_cpu}",
         ]
     if target == "iree-vulkan":
         return ["--iree-hal-target-device=vulkan", f"--iree-vulkan-target={vulkan_target}"]

@@ -51,6 +51,9 @@ class IreeDevice:
         cpu_name: the host CPU's model name (empty for a GPU).
         cpu_model: the host CPU's exact model (``cpu_model_id``; empty for a GPU).
         index: the Vulkan device's position (0 for the CPU).
+        llvm_cpu: iree-llvm-cpu: LLVM's name of the CPU to build for, where that is not
+            the building machine's own (a CPU measured elsewhere); in the fingerprint
+            only when set.
     """
 
     target: str
@@ -70,6 +73,7 @@ class IreeDevice:
     cpu_model: str = ""
     index: int = 0
     platform: str = "iree"
+    llvm_cpu: str = ""
 
     @property
     def compute_units(self) -> int:
@@ -86,7 +90,9 @@ class IreeDevice:
     def fingerprint(self, target: str | None = None) -> dict:
         """Everything that can change a measurement: IREE, Vulkan device and driver, CPU."""
         self._check(target)
+        built_for = {"llvm_cpu": self.llvm_cpu} if self.llvm_cpu else {}
         return {
+            **built_for,
             "target": self.target,
             "platform": self.platform,
             "name": self.name,

@@ -77,6 +77,7 @@ def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
             vector_bits=bits,
             subgroup_size=int(device.get("subgroup_size") or 0),
             spirv_target=str(device.get("vulkan_target") or ""),
+            llvm_cpu=str(device.get("llvm_cpu") or ""),
         )
     if target == "llvm":
         return DeviceLimits(

@@ -66,6 +66,9 @@ class DeviceLimits:
     # iree-vulkan: IREE's SPIR-V target (``--iree-vulkan-target``) the device's code is
     # built for; "" elsewhere, or where unknown (builds then take the default device's).
     spirv_target: str = ""
+    # iree-llvm-cpu: LLVM's name of the CPU the device's code is built for ('': the CPU
+    # of the machine that builds it, ``--iree-llvmcpu-target-cpu=host``).
+    llvm_cpu: str = ""
 
 
 @dataclass(frozen=True)
