@@ -302,8 +302,8 @@ def _chosen(db: Database, pair: Pair, final: list[Record]) -> Record | None:
     leader = min(final, key=lambda r: r.latency_s or float("inf"))
     if leader.config_key != top[0].config_key:
         log.info(
-            "%s: the side-by-side leader %s differs from the records' fastest config %s "
-            "(within noise); reporting the records' one, which compilers use",
+            "%s: side by side %s led; the records' fastest config is %s, which "
+            "compilers take and this reports",
             pair.name,
             leader.config_key,
             top[0].config_key,
