@@ -34,6 +34,7 @@ import json
 import pickle
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -60,51 +61,18 @@ def _device_from_vulkaninfo(path: str):
 
 def _cpu_from_cpuinfo(path: str, llvm_cpu: str):
     """The iree-llvm-cpu device of another machine, from its /proc/cpuinfo."""
-    from autosched.measure.cpu import _ISA_FLAGS
-    from autosched.measure.iree_device import iree_version
+    from autosched.measure.cpu import cpu_name, isa_of, model_id_of, parse_cpuinfo
+    from autosched.measure.iree_device import cpu_device, iree_version
 
     text = Path(path).read_text()
-    blocks = [b for b in text.split("\n\n") if "processor" in b]
-    if not blocks:
+    cores = sum(1 for b in text.split("\n\n") if "processor" in b)
+    if not cores:
         sys.exit(f"{path}: no processor in this file; accepted: a copy of /proc/cpuinfo")
-    info = dict(
-        (k.strip(), v.strip())
-        for k, sep, v in (ln.partition(":") for ln in blocks[0].splitlines())
-        if sep
-    )
-    flags = set(info.get("flags", "").split())
-    isa = tuple(f for f in _ISA_FLAGS if f in flags)
-    model = " ".join(
-        f"{label} {info[key]}".strip()
-        for key, label in (("vendor_id", ""), ("cpu family", "family"), ("model", "model"))
-        if info.get(key)
-    )
-    return _cpu_device_of(
-        info.get("model name", ""), model, len(blocks), isa, iree_version(), llvm_cpu
-    )
-
-
-def _cpu_device_of(name: str, model: str, cores: int, isa: tuple, version: str, llvm_cpu: str):
-    from autosched.measure.iree_device import IreeDevice, _vector_bits
-
-    return IreeDevice(
-        target="iree-llvm-cpu",
-        name=name,
-        driver="local-task",
-        driver_info="",
-        type="cpu",
-        cores=cores,
-        max_invocations=1,
-        shared_bytes=0,
-        subgroup_size=0,
-        vector_bits=_vector_bits(isa),
-        isa=isa,
-        vulkan_target="",
-        iree_version=version,
-        cpu_name=name,
-        cpu_model=model,
-        llvm_cpu=llvm_cpu,
-    )
+    info = parse_cpuinfo(text)
+    return cpu_device(
+        cpu_name(info), model_id_of(info), cores, isa_of(info),
+        version=iree_version(), llvm_cpu=llvm_cpu,
+    )  # fmt: skip
 
 
 def _build_one(args: tuple) -> BuildResult:
@@ -195,19 +163,18 @@ def _gpu_here(expected: str) -> dict:
 def _cpu_here(fields: dict) -> dict:
     """This machine's CPU as the fingerprint names it; it must have the cores and the
     vector width the bundle's space was pruned for."""
-    from autosched.measure.cpu import _ISA_FLAGS, _cpuinfo, _usable_cores, cpu_model_id
+    from autosched.measure.cpu import _cpuinfo, _usable_cores, cpu_model_id, cpu_name, isa_of
     from autosched.measure.iree_device import _vector_bits
 
     info = _cpuinfo()
-    flags = set(info.get("flags", "").split())
-    isa = tuple(f for f in _ISA_FLAGS if f in flags)
+    isa = isa_of(info)
     cores = _usable_cores()
     if cores != fields["cores"] or _vector_bits(isa) != fields["vector_bits"]:
         sys.exit(
             f"the bundle was built for {fields['cores']} cores of {fields['vector_bits']}-bit "
             f"vectors; this machine has {cores} of {_vector_bits(isa)}"
         )
-    name = info.get("model name", "")
+    name = cpu_name(info)
     return {"name": name, "cpu_name": name, "cpu_model": cpu_model_id(), "isa": isa}
 
 
@@ -268,7 +235,9 @@ def cmd_measure(args: argparse.Namespace) -> None:
             tuner.close()
         by_key = {r.config_key: r for r in final if r.status == OK}
         if not by_key:
-            print(f"{path.stem}: no config ran: {_count(r.status for r in records)}; first error:")
+            print(
+                f"{path.stem}: no config ran: {dict(Counter(r.status for r in records))}; first error:"
+            )
             print(next((r.error for r in records if r.error), "")[:2000], flush=True)
             continue
         best = min(by_key.values(), key=lambda r: r.latency_s)
@@ -285,7 +254,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
                 "cpu_model": dev.cpu_model,
                 "configs": len(configs),
                 "ok": len(ok),
-                "statuses": _count(r.status for r in records),
+                "statuses": dict(Counter(r.status for r in records)),
                 "seconds": round(time.perf_counter() - start, 1),
                 "best_ms": best.latency_s * 1e3,
                 "best_gflops": best.gflops,
@@ -307,13 +276,6 @@ def cmd_measure(args: argparse.Namespace) -> None:
     if args.export:
         with gzip.open(args.export, "wt") as f:
             export_jsonl(SQLiteDatabase(args.db), f)
-
-
-def _count(statuses) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for s in statuses:
-        out[s] = out.get(s, 0) + 1
-    return out
 
 
 def main() -> None:

@@ -150,13 +150,12 @@ def host_cpu() -> HostCPU:
     from tvm.target import codegen
 
     info = _cpuinfo()
-    flags = set(info.get("flags", info.get("features", "")).split())
     return HostCPU(
-        name=info.get("model name") or info.get("cpu model") or _platform_cpu(),
+        name=cpu_name(info),
         vendor=info.get("vendor_id", ""),
         mcpu=str(codegen.llvm_get_system_cpu()),
         cores=_usable_cores(),
-        isa=tuple(f for f in _ISA_FLAGS if f in flags),
+        isa=isa_of(info),
         cache_bytes=_caches(),
         llvm_version=str(codegen.llvm_version_major()),
         model_id=cpu_model_id(),
@@ -170,7 +169,22 @@ def cpu_model_id() -> str:
     part and variant on Arm; the OS's processor name elsewhere. Two CPUs whose model
     names read alike (a cloud VM's bare ``AMD EPYC``) are different devices when these
     differ: a Zen 5 runs the same PoCL kernel twice as fast as a Zen 4."""
-    info = _cpuinfo()
+    return model_id_of(_cpuinfo()) or _platform_cpu()
+
+
+def cpu_name(info: dict[str, str]) -> str:
+    """The CPU's model name in a :func:`parse_cpuinfo` result (the OS's name if none)."""
+    return info.get("model name") or info.get("cpu model") or _platform_cpu()
+
+
+def isa_of(info: dict[str, str]) -> tuple[str, ...]:
+    """The vector extensions (of :data:`_ISA_FLAGS`) a :func:`parse_cpuinfo` result lists."""
+    flags = set(info.get("flags", info.get("features", "")).split())
+    return tuple(f for f in _ISA_FLAGS if f in flags)
+
+
+def model_id_of(info: dict[str, str]) -> str:
+    """:func:`cpu_model_id` of a :func:`parse_cpuinfo` result ('' where it has none)."""
     fields = [
         ("vendor_id", ""),
         ("cpu family", "family"),
@@ -180,7 +194,7 @@ def cpu_model_id() -> str:
         ("CPU variant", "variant"),
     ]
     parts = [f"{label} {info[key]}".strip() for key, label in fields if info.get(key)]
-    return " ".join(parts) or _platform_cpu()
+    return " ".join(parts)
 
 
 def select_host(selector: str | int | None) -> HostCPU:
@@ -205,9 +219,13 @@ def _usable_cores() -> int:
 def _cpuinfo() -> dict[str, str]:
     """The first processor's entries of /proc/cpuinfo (empty where there is none)."""
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return parse_cpuinfo(Path("/proc/cpuinfo").read_text())
     except OSError:
         return {}
+
+
+def parse_cpuinfo(text: str) -> dict[str, str]:
+    """The first processor's entries of a /proc/cpuinfo text (this machine's or another's)."""
     out: dict[str, str] = {}
     for line in text.split("\n\n")[0].splitlines():
         key, sep, value = line.partition(":")

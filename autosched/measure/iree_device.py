@@ -149,22 +149,31 @@ def _vector_bits(isa: tuple[str, ...]) -> int:
 
 def _cpu_device() -> IreeDevice:
     cpu = host_cpu()
+    return cpu_device(cpu.name, cpu.model_id, cpu.cores, cpu.isa, version=iree_version())
+
+
+def cpu_device(
+    name: str, model: str, cores: int, isa: tuple[str, ...], *, version: str, llvm_cpu: str = ""
+) -> IreeDevice:
+    """The ``iree-llvm-cpu`` device of a CPU: this machine's, or one measured elsewhere
+    (``llvm_cpu``: LLVM's name of it, what its code is built for)."""
     return IreeDevice(
         target="iree-llvm-cpu",
-        name=cpu.name,
+        name=name,
         driver="local-task",
         driver_info="",
         type="cpu",
-        cores=cpu.cores,
+        cores=cores,
         max_invocations=1,
         shared_bytes=0,
         subgroup_size=0,
-        vector_bits=_vector_bits(cpu.isa),
-        isa=cpu.isa,
+        vector_bits=_vector_bits(isa),
+        isa=isa,
         vulkan_target="",
-        iree_version=iree_version(),
-        cpu_name=cpu.name,
-        cpu_model=cpu.model_id,
+        iree_version=version,
+        cpu_name=name,
+        cpu_model=model,
+        llvm_cpu=llvm_cpu,
     )
 
 
