@@ -142,7 +142,8 @@ def _check_configs(task, host, n: int = 3) -> None:
 
 def test_resnet_block_tasks_have_weights_and_families(resnet, host):
     mod, _, _ = resnet
-    tasks = extract_tasks(mod, limits=host.limits)
+    every = extract_tasks(mod, limits=host.limits)
+    tasks = [t for t in every if t.form == "direct"]
     convs = _by_name(tasks, "fused_conv2d")
     # Two convolutions with their BN arithmetic and relu (one with the residual) fused in.
     assert len(convs) == 2 and all(t.family == "contraction" for t in convs)
@@ -159,6 +160,12 @@ def test_resnet_block_tasks_have_weights_and_families(resnet, host):
     # Channels-last: the input is transposed once, though the residual reads it too.
     assert {t.name: t.weight for t in tasks}["transpose"] == 1
     assert sum(t.weight for t in tasks) == 6
+    # Both 3x3 convolutions have a Winograd form as well: one input transform and one
+    # product for the two (same shapes), and an output transform for each epilogue.
+    stages = [t for t in every if t.form == "winograd"]
+    assert sorted((t.name.split("_")[-1].rstrip("0123456789"), t.weight) for t in stages) == [
+        ("gemm", 2), ("input", 2), ("relu", 1), ("relu", 1),
+    ]  # fmt: skip
 
 
 def test_bert_layer_tasks_share_keys_and_weights(bert, host):

@@ -84,6 +84,23 @@ class RecordsDatabase:
         self.untuned = untuned
         self.applied: list[Applied] = []
 
+    def tuned_latency_s(self, func: Any, name: str) -> float | None:
+        """Seconds of the fused PrimFunc ``func`` as its best record on this device
+        measured it, or None without one (or with the records off)."""
+        from autosched.compiler.lookup import EXACT
+
+        if not self.records:
+            return None
+        wl = FusedFunc.of(func, name)
+        if space_of(wl, target=self.target, limits=self.device.limits) is None:
+            return None
+        found = find_config(
+            wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
+        )
+        if found.provenance != EXACT or found.record is None:
+            return None
+        return found.record.latency_s
+
     def schedule_function(self, func: Any, name: str) -> Any | None:
         """The scheduled replacement of the fused PrimFunc ``func`` (called ``name`` in its
         module), or None to leave it to TVM. A config TVM refuses is logged and skipped:
@@ -140,6 +157,26 @@ class RecordsDatabase:
             if new is not None:
                 mod.update_func(gv, new)
         return mod
+
+
+def choose_forms(mod: Any, records: RecordsDatabase, tvm_target: Any) -> Any:
+    """``mod`` through :func:`autosched.tvm.tasks.fuse`, each convolution with both forms
+    tuned on this device in the form that took less time inside the model
+    (:mod:`autosched.tvm.forms`); the rest direct."""
+    from autosched.tvm import forms
+    from autosched.tvm.winograd import call_signature
+
+    if records.target != "llvm" or not records.records:
+        return fuse(mod)
+
+    def has_space(func: Any, name: str) -> bool:
+        wl = FusedFunc.of(func, name)
+        return space_of(wl, target=records.target, limits=records.device.limits) is not None
+
+    sigs = forms.candidates(mod, records.tuned_latency_s, has_space)
+    chosen = forms.choose(mod, schedule=records.apply_to, target=tvm_target, sigs=sigs)
+    records.applied.clear()  # the trial builds' lookups
+    return fuse(mod, winograd=(lambda call: call_signature(call) in chosen) if chosen else None)
 
 
 def _replacement(sch: Any) -> Any:
@@ -245,11 +282,17 @@ def build(
     shipped: bool = True,
     untuned: bool = True,
     records: bool = True,
+    winograd: bool | None = None,
 ) -> RelaxBuild:
     """Build a Relax module, applying autosched's records to its fused PrimFuncs.
 
     Runs :func:`autosched.tvm.tasks.fuse` (the pipeline task extraction runs), then
     :meth:`RecordsDatabase.apply_to`, then ``tvm.compile`` for the device's target.
+
+    ``winograd``: None (llvm with records) puts each 3x3 stride-1 convolution in the
+    form that ran faster inside the model on this device, among those tuned in both
+    (:func:`choose_forms`); True, every
+    one in Winograd form; False, none.
     """
     import tvm
 
@@ -264,6 +307,14 @@ def build(
         tvm_target = tvm.target.Target({"kind": "opencl"}).with_host(
             tvm.target.Target({"kind": "llvm"})
         )
-    mod = records.apply_to(fuse(mod))
+    if winograd is None:
+        fused = choose_forms(mod, records, tvm_target)
+    else:
+        from autosched.tvm.winograd import call_signature
+
+        fused = fuse(
+            mod, winograd=(lambda call: call_signature(call) is not None) if winograd else None
+        )
+    mod = records.apply_to(fused)
     executable = tvm.compile(mod, target=tvm_target)
     return RelaxBuild(executable=executable, module=mod, applied=records.applied, target=target)

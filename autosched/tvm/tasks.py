@@ -14,6 +14,7 @@ axes) gets :func:`default_schedule`: parallel and vectorised loops, no tuning.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,9 @@ class ModelTask:
         weight: how many times one run of ``main`` calls it (all its copies together).
         family: ``"contraction"``, ``"rowwise"``, or None (only the default schedule).
         functions: every Relax function name that computes it.
+        form: ``"winograd"`` for a stage of a convolution's Winograd form (an
+            alternative: a build runs it only where its records beat the direct
+            convolution's), else ``"direct"``.
     """
 
     name: str
@@ -43,13 +47,15 @@ class ModelTask:
     weight: int
     family: str | None
     functions: tuple[str, ...]
+    form: str = "direct"
 
 
-def fuse(mod: Any) -> Any:
+def fuse(mod: Any, *, winograd: Callable[[Any], bool] | None = None) -> Any:
     """The passes shared by extraction and build: inference decompositions (batch norm),
     canonical bindings, channels-last convolutions, constant folding of the weights'
-    layout, FuseTransposeMatmul, legalisation, pattern annotation, constant folding,
-    FuseOps and FuseTIR.
+    layout, the Winograd form of the convolutions ``winograd`` picks (a predicate over
+    conv2d calls, :mod:`autosched.tvm.winograd`; None: none), FuseTransposeMatmul,
+    legalisation, pattern annotation, constant folding, FuseOps and FuseTIR.
 
     Every 2-D convolution runs channels-last (:mod:`autosched.tvm.layout`): data NHWC,
     weight HWIO, whatever the model's own layout.
@@ -67,9 +73,13 @@ def fuse(mod: Any) -> Any:
 
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = channels_last(relax.transform.CanonicalizeBindings()(mod))
+    mod = relax.transform.FoldConstant()(mod)
+    if winograd is not None:
+        from autosched.tvm.winograd import rewrite
+
+        mod = rewrite(mod, select=winograd)
     return tvm.transform.Sequential(
         [
-            relax.transform.FoldConstant(),
             relax.transform.FuseTransposeMatmul(),
             relax.transform.LegalizeOps(),
             relax.transform.AnnotateTIROpPattern(),
@@ -108,7 +118,12 @@ def space_of(workload: FusedFunc, *, target: str, limits: DeviceLimits) -> Space
 
 
 def extract_tasks(
-    mod: Any, *, target: str = "llvm", limits: DeviceLimits | None = None, fused: bool = False
+    mod: Any,
+    *,
+    target: str = "llvm",
+    limits: DeviceLimits | None = None,
+    fused: bool = False,
+    winograd: bool = True,
 ) -> list[ModelTask]:
     """The tasks of a Relax module, heaviest first (by weight, then name).
 
@@ -116,24 +131,24 @@ def extract_tasks(
         mod: the model's Relax IRModule (weights bound as constants).
         target: the target the spaces are made for.
         limits: the device's limits (default: this host's CPU for llvm).
-        fused: ``mod`` already went through :func:`fuse`.
+        fused: ``mod`` already went through :func:`fuse` (its functions are the tasks).
+        winograd: on llvm, also the stages of every 3x3 stride-1 convolution's Winograd
+            form (tasks with ``form="winograd"``), so that a build can measure which
+            form is faster on this device.
     """
-    from tvm import tirx
-
     if limits is None:
         from autosched.measure.device import select_device
 
         limits = select_device(None, target=target).limits
-    mod = mod if fused else fuse(mod)
-    counts = call_counts(mod)
+    modules = [(mod if fused else fuse(mod), "direct")]
+    if winograd and not fused and target == "llvm":
+        from autosched.tvm.winograd import call_signature
+
+        modules.append((fuse(mod, winograd=lambda call: call_signature(call) is not None), ""))
     by_key: dict[str, dict[str, Any]] = {}
-    for gv, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
-        if not isinstance(func, tirx.PrimFunc) or gv.name_hint not in counts:
-            continue
-        wl = FusedFunc.of(func, gv.name_hint)
-        entry = by_key.setdefault(wl.key, {"workload": wl, "weight": 0, "functions": []})
-        entry["weight"] += counts[gv.name_hint]
-        entry["functions"].append(gv.name_hint)
+    for fused_mod, only in modules:
+        for key, entry in _functions(fused_mod, only_winograd=not only).items():
+            by_key.setdefault(key, entry)
     tasks = []
     for entry in by_key.values():
         wl = entry["workload"]
@@ -145,9 +160,41 @@ def extract_tasks(
                 weight=entry["weight"],
                 family=space.family if space is not None else None,
                 functions=tuple(entry["functions"]),
+                form=entry["form"],
             )
         )
     return sorted(tasks, key=lambda t: (-t.weight, t.name))
+
+
+def _functions(mod: Any, *, only_winograd: bool) -> dict[str, dict[str, Any]]:
+    """The distinct fused PrimFuncs ``main`` calls, by workload key: workload, weight
+    (calls), function names and form; with ``only_winograd``, the Winograd stages only."""
+    from tvm import tirx
+
+    from autosched.tvm.winograd import form_of
+
+    counts = call_counts(mod)
+    by_key: dict[str, dict[str, Any]] = {}
+    for gv, func in sorted(mod.functions.items(), key=lambda kv: kv[0].name_hint):
+        if not isinstance(func, tirx.PrimFunc) or gv.name_hint not in counts:
+            continue
+        form = form_of(func)
+        is_winograd = form is not None and form[0] == "winograd"
+        if only_winograd and not is_winograd:
+            continue
+        wl = FusedFunc.of(func, gv.name_hint)
+        entry = by_key.setdefault(
+            wl.key,
+            {
+                "workload": wl,
+                "weight": 0,
+                "functions": [],
+                "form": "winograd" if is_winograd else "direct",
+            },
+        )
+        entry["weight"] += counts[gv.name_hint]
+        entry["functions"].append(gv.name_hint)
+    return by_key
 
 
 def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
@@ -200,7 +247,7 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
             log.debug("default schedule of %s: %s", block.name_hint, exc)
 
 
-def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> float:
+def default_latency_ms(task: ModelTask | FusedFunc, *, device: Any, repeats: int = 5) -> float:
     """Milliseconds of one call of ``task``'s function as an untuned build runs it: its
     space's default config, or :func:`default_schedule` where no family covers it (llvm;
     TVM's runtime, the device's threads), the median of ``repeats`` calls, each after
@@ -213,7 +260,7 @@ def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> flo
     from autosched.measure.runner import FLUSH_ALL_BUT_FIRST
     from autosched.space.schedule import apply
 
-    wl = task.workload
+    wl = task.workload if isinstance(task, ModelTask) else task
     device.use_in_this_process()
     sch = Schedule(wl.prim_func())
     space = space_of(wl, target="llvm", limits=device.limits)
