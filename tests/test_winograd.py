@@ -12,6 +12,7 @@ import re
 import numpy as np
 import pytest
 import torch
+import tvm
 
 import autosched.tvm
 from autosched.measure.device import select_device
@@ -21,7 +22,7 @@ from autosched.space.select import make_space
 from autosched.tuning.model import tune_tasks
 from autosched.tuning.runner import LocalRunner
 from autosched.tvm import forms, winograd
-from autosched.tvm.tasks import call_counts, extract_tasks, fuse
+from autosched.tvm.tasks import call_counts, default_schedule, extract_tasks, fuse
 
 nn = torch.nn
 
@@ -130,40 +131,65 @@ def test_a_build_in_either_form_matches_torch(convs, form):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
-def test_the_stages_are_tasks_and_their_configs_compute_the_same(convs, host):
-    import tvm
+def test_the_stages_are_tasks_and_their_schedules_compute_the_same(convs, host):
+    from tvm.s_tir import Schedule
 
     from autosched.space.schedule import schedule
 
     mod, _, _ = convs
     tasks = extract_tasks(mod, limits=host.limits)
     stages = [t for t in tasks if t.form == "winograd"]
-    kinds = sorted((t.name.split("_")[1].rstrip("0123456789"), t.family) for t in stages)
-    # The input transform and the product are contractions; the output transform (with
-    # the relu and the residual fused in) gets the default schedule.
-    assert [k for k in kinds if k[0] != "winograd"] == [
-        ("gemm", "contraction"), ("gemm", "contraction"),
-        ("input", "contraction"), ("input", "contraction"),
+    kinds = sorted((_stage(t.workload), t.family) for t in stages)
+    # The product is a contraction the space tunes; the transforms (the output one with
+    # the relu and the residual fused in, the first input one with the model's input
+    # transpose) are maps with a schedule of their own.
+    assert kinds == [
+        ("gemm", "contraction"), ("gemm", "contraction"), ("input", None), ("input", None),
+        ("output", None), ("output", None),
     ]  # fmt: skip
-    assert sum(1 for t in stages if t.family is None) == 2
     rng = np.random.default_rng(1)
+    for task in (t for t in stages if t.family is None):  # tile by tile, and correct
+        wl = task.workload
+        sch = Schedule(wl.prim_func())
+        default_schedule(sch, limits=host.limits)
+        script = sch.mod.script()
+        assert "T.unroll" in script and "T.parallel" in script, script
+        _check(wl, tvm.compile(sch.mod, target="llvm"), rng)
     for task in (t for t in stages if t.family is not None):
         wl = task.workload
         space = make_space(wl, target="llvm", limits=host.limits)
-        inputs = wl.make_inputs(rng)
-        expected = wl.reference(inputs)
-        rtol, atol = wl.tolerance()
         for config in [space.default(), *space.sample(rng, 2)]:
-            lib = tvm.compile(schedule(space, config), target="llvm")
-            args = {
-                s.name: tvm.runtime.tensor(
-                    inputs[s.name] if s.role == "input" else np.full(s.shape, np.nan, s.dtype)
-                )
-                for s in wl.tensor_specs()
-            }
-            lib["main"](*args.values())
-            for name, want in expected.items():
-                np.testing.assert_allclose(args[name].numpy(), want, rtol=rtol, atol=atol)
+            _check(wl, tvm.compile(schedule(space, config), target="llvm"), rng)
+
+
+def _check(wl, lib, rng) -> None:
+    """``lib`` computes what ``wl``'s reference does on random inputs."""
+    inputs = wl.make_inputs(rng)
+    expected = wl.reference(inputs)
+    rtol, atol = wl.tolerance()
+    args = {
+        s.name: tvm.runtime.tensor(
+            inputs[s.name] if s.role == "input" else np.full(s.shape, np.nan, s.dtype)
+        )
+        for s in wl.tensor_specs()
+    }
+    lib["main"](*args.values())
+    for name, want in expected.items():
+        np.testing.assert_allclose(args[name].numpy(), want, rtol=rtol, atol=atol)
+
+
+def _stage(wl) -> str:
+    """The Winograd stage a fused function computes, read off its blocks' annotations."""
+    from tvm.s_tir import Schedule
+
+    sch = Schedule(wl.prim_func())
+    stages = set()
+    for rv in sch.get_child_blocks(sch.get_sblock("root")):
+        marked = winograd.stage_of(sch.get(rv))
+        if marked is not None:
+            stages.add(marked[0])
+    (stage,) = stages - {"rows"}
+    return stage
 
 
 class OneConv(nn.Module):
@@ -205,8 +231,8 @@ def test_the_build_takes_the_form_measured_faster_once_both_are_tuned(host, tmp_
     took = "winograd" if float(found[2]) < float(found[1]) else "direct"
     assert found[3] == took
     stages = {a.function: a.provenance for a in built.applied if "winograd" in a.function}
-    if took == "winograd":  # every tunable stage from its record
-        assert sorted(p for f, p in stages.items() if "output" not in f) == ["exact", "exact"]
+    if took == "winograd":  # the product from its record, the transforms' own schedule
+        assert sorted(stages.values()) == ["default-schedule", "default-schedule", "exact"]
     else:
         assert not stages
     (got,) = built(x)

@@ -83,6 +83,35 @@ class RecordsDatabase:
         self.shipped = shipped
         self.untuned = untuned
         self.applied: list[Applied] = []
+        # A build looks the same functions up more than once (choosing the convolutions'
+        # forms builds the model twice): by structural hash and by workload key.
+        self._workloads: dict[int, FusedFunc] = {}
+        self._spaces: dict[str, Any] = {}
+        self._found: dict[str, Lookup] = {}
+
+    def _workload(self, func: Any, name: str) -> FusedFunc:
+        import tvm_ffi
+
+        digest = tvm_ffi.structural_hash(func)
+        if digest not in self._workloads:
+            self._workloads[digest] = FusedFunc.of(func, name)
+        return FusedFunc(self._workloads[digest].script, name=name)
+
+    def _space(self, wl: FusedFunc) -> Any:
+        if wl.key not in self._spaces:
+            self._spaces[wl.key] = space_of(wl, target=self.target, limits=self.device.limits)
+        return self._spaces[wl.key]
+
+    def _lookup(self, wl: FusedFunc) -> Lookup:
+        if wl.key not in self._found:
+            self._found[wl.key] = find_config(
+                wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
+            )
+        return self._found[wl.key]
+
+    def has_space(self, func: Any, name: str) -> bool:
+        """Whether a space family covers the fused PrimFunc ``func``."""
+        return self._space(self._workload(func, name)) is not None
 
     def tuned_latency_s(self, func: Any, name: str) -> float | None:
         """Seconds of the fused PrimFunc ``func`` as its best record on this device
@@ -91,12 +120,10 @@ class RecordsDatabase:
 
         if not self.records:
             return None
-        wl = FusedFunc.of(func, name)
-        if space_of(wl, target=self.target, limits=self.device.limits) is None:
+        wl = self._workload(func, name)
+        if self._space(wl) is None:
             return None
-        found = find_config(
-            wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
-        )
+        found = self._lookup(wl)
         if found.provenance != EXACT or found.record is None:
             return None
         return found.record.latency_s
@@ -107,9 +134,9 @@ class RecordsDatabase:
         one function must not fail the whole build."""
         from tvm.s_tir import Schedule
 
-        wl = FusedFunc.of(func, name)
+        wl = self._workload(func, name)
         try:
-            space = space_of(wl, target=self.target, limits=self.device.limits)
+            space = self._space(wl)
         except Exception as exc:  # symbolic shapes, say: not a nest with known extents
             log.info("%s: no space (%s: %s); left to TVM", name, type(exc).__name__, exc)
             return None
@@ -120,12 +147,7 @@ class RecordsDatabase:
             default_schedule(sch, limits=self.device.limits)
             self.applied.append(Applied(name, wl, FALLBACK, None, None))
             return _replacement(sch)
-        if not self.records:
-            found = Lookup(space.default(), UNTUNED)
-        else:
-            found = find_config(
-                wl, target=self.target, device=self.device, db=self.db, shipped=self.shipped
-            )
+        found = self._lookup(wl) if self.records else Lookup(space.default(), UNTUNED)
         if found.provenance == UNTUNED and not self.untuned:
             return None
         try:
@@ -159,24 +181,35 @@ class RecordsDatabase:
         return mod
 
 
-def choose_forms(mod: Any, records: RecordsDatabase, tvm_target: Any) -> Any:
+def choose_forms(mod: Any, records: RecordsDatabase, tvm_target: Any) -> tuple[Any, Any]:
     """``mod`` through :func:`autosched.tvm.tasks.fuse`, each convolution with both forms
     tuned on this device in the form that took less time inside the model
-    (:mod:`autosched.tvm.forms`); the rest direct."""
+    (:mod:`autosched.tvm.forms`), the rest direct; with the records applied. Returns the
+    module and, where it is one of the two builds the choice timed, its executable (else
+    None); ``records.applied`` lists that module's functions."""
     from autosched.tvm import forms
     from autosched.tvm.winograd import call_signature
 
     if records.target != "llvm" or not records.records:
-        return fuse(mod)
+        return records.apply_to(fuse(mod)), None
 
-    def has_space(func: Any, name: str) -> bool:
-        wl = FusedFunc.of(func, name)
-        return space_of(wl, target=records.target, limits=records.device.limits) is not None
+    applied: dict[int, list[Applied]] = {}
 
-    sigs = forms.candidates(mod, records.tuned_latency_s, has_space)
-    chosen = forms.choose(mod, schedule=records.apply_to, target=tvm_target, sigs=sigs)
-    records.applied.clear()  # the trial builds' lookups
-    return fuse(mod, winograd=(lambda call: call_signature(call) in chosen) if chosen else None)
+    def schedule(fused: Any) -> Any:
+        before = len(records.applied)
+        out = records.apply_to(fused)
+        applied[id(out)] = records.applied[before:]
+        return out
+
+    sigs = forms.candidates(mod, records.tuned_latency_s, records.has_space)
+    chosen, built = forms.choose(mod, schedule=schedule, target=tvm_target, sigs=sigs)
+    records.applied.clear()
+    if frozenset(chosen) in built:  # the form of every candidate is one build timed
+        module, executable = built[frozenset(chosen)]
+        records.applied.extend(applied[id(module)])
+        return module, executable
+    winograd = (lambda call: call_signature(call) in chosen) if chosen else None
+    return records.apply_to(fuse(mod, winograd=winograd)), None
 
 
 def _replacement(sch: Any) -> Any:
@@ -307,14 +340,14 @@ def build(
         tvm_target = tvm.target.Target({"kind": "opencl"}).with_host(
             tvm.target.Target({"kind": "llvm"})
         )
+    executable = None
     if winograd is None:
-        fused = choose_forms(mod, records, tvm_target)
+        mod, executable = choose_forms(mod, records, tvm_target)
     else:
         from autosched.tvm.winograd import call_signature
 
-        fused = fuse(
-            mod, winograd=(lambda call: call_signature(call) is not None) if winograd else None
-        )
-    mod = records.apply_to(fused)
-    executable = tvm.compile(mod, target=tvm_target)
+        every = (lambda call: call_signature(call) is not None) if winograd else None
+        mod = records.apply_to(fuse(mod, winograd=every))
+    if executable is None:
+        executable = tvm.compile(mod, target=tvm_target)
     return RelaxBuild(executable=executable, module=mod, applied=records.applied, target=target)

@@ -68,11 +68,13 @@ def choose(
     sigs: set[str],
     rounds: int = ROUNDS,
     runs: int = RUNS,
-) -> set[str]:
+) -> tuple[set[str], dict[frozenset[str], tuple[Any, Any]]]:
     """The signatures among ``sigs`` whose Winograd form took less time inside the model
-    than their direct form. ``schedule`` applies the records to a fused module."""
+    than their direct form, and the two builds timed (the set of signatures in Winograd
+    form -> the scheduled module and its executable), for the caller to reuse.
+    ``schedule`` applies the records to a fused module."""
     if not sigs:
-        return set()
+        return set(), {}
     direct = fuse(mod)
     winograd = fuse(mod, winograd=lambda call: call_signature(call) in sigs)
     forms = [_forms(direct), _forms(winograd)]
@@ -96,7 +98,8 @@ def choose(
             "conv %s inside the model: direct %.4f ms, winograd %.4f ms -> %s",
             sig, d * 1e3, w * 1e3, "winograd" if w < d else "direct",
         )  # fmt: skip
-    return chosen
+    built = {frozenset(): runners[0].built, frozenset(sigs): runners[1].built}
+    return chosen, built
 
 
 def _forms(fused: Any) -> dict[str, tuple[str, str]]:
@@ -121,7 +124,9 @@ class _Timed:
         from tvm import relax
 
         dev = tvm.cpu()
-        self.vm = relax.VirtualMachine(tvm.compile(mod, target=target), dev)
+        executable = tvm.compile(mod, target=target)
+        self.built = (mod, executable)
+        self.vm = relax.VirtualMachine(executable, dev)
         rng = np.random.default_rng(0)
         self.args = []
         for param in mod["main"].params:

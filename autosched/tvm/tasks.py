@@ -215,10 +215,17 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
     window's padding, a transpose feeding a reshape) is inlined into its readers, as
     TVM's auto-inline rule does: ResNet-18's max-pool wrote and re-read a padded copy
     of its input, 3x its time."""
-    inline(sch, [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))])
+    from autosched.tvm import winograd
+
+    blocks = [sch.get(rv) for rv in sch.get_child_blocks(sch.get_sblock("root"))]
+    inline(sch, [b for b in blocks if winograd.stage_of(b) is None])  # a stage has its own
     lanes = max(1, limits.vector_lanes)
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(rv)
+        if (winograd.stage_of(block) or ("",))[0] in ("input", "output"):  # tile by tile
+            if winograd.schedule(sch, rv, lanes=lanes, cores=limits.cores):
+                break  # its epilogue went into its tiles
+            continue
         kinds = [int(iv.iter_type) for iv in block.iter_vars]
         loops = sch.get_loops(rv)
         if not loops or len(loops) != len(kinds):

@@ -7,9 +7,9 @@ block and channel pair where the direct convolution takes 144. The weight's tran
 
 - ``winograd_input``: ``V[xi, nu, n, th, tw, c] = sum_ab T[xi, nu, a, b] d[n, 4 th + a, 4 tw + b, c]``
   (``T = B^T (x) B^T``, the zero padding fused in as a producer),
-- ``winograd_gemm``: ``M[xi, nu, .., k] = sum_c V[xi, nu, .., c] U[xi, nu, c, k]``, 36
-  independent matrix products,
-- ``winograd_output``: ``Y[n, h, w, k] = sum_xy S[h % 4, w % 4, xi, nu] M[xi, nu, n, h / 4, w / 4, k]``
+- ``winograd_gemm``: ``M[n, th, tw, xi, nu, k] = sum_c V[xi, nu, n, th, tw, c] U[xi, nu, c, k]``,
+  36 independent matrix products, written tile by tile,
+- ``winograd_output``: ``Y[n, h, w, k] = sum_xy S[h % 4, w % 4, xi, nu] M[n, h / 4, w / 4, xi, nu, k]``
   (``S = A^T (x) A^T``), with the convolution's epilogue (bias, residual, relu) fused
   after it by FuseOps.
 
@@ -28,6 +28,7 @@ both forms; a build takes, per convolution, the one whose tuned records are fast
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,7 @@ AT = np.array(
 
 CONV = "relax.nn.conv2d"
 OUT_EWISE_FUSABLE = 4  # TVM's OpPatternKind kOutEWiseFusable
+MARK = "autosched_winograd"  # block annotation: "<stage> <signature>"
 
 
 def input_matrix() -> np.ndarray:
@@ -142,10 +144,9 @@ def form_of(func: Any) -> tuple[str, str] | None:
     sch = Schedule(func)
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(rv)
-        name = str(block.name_hint)
-        for stage in ("winograd_input_", "winograd_gemm_", "winograd_output_"):
-            if name.startswith(stage):
-                return "winograd", name[len(stage) :]
+        marked = stage_of(block)
+        if marked is not None:
+            return "winograd", marked[1]
         if not any(int(iv.iter_type) == 2 for iv in block.iter_vars) or len(block.writes) != 1:
             continue
         out = [int(d) for d in block.writes[0].source.shape]
@@ -159,6 +160,16 @@ def form_of(func: Any) -> tuple[str, str] | None:
                 if [n, oh + 2, ow + 2, c] in shapes:
                     return "direct", signature(n, oh, ow, c, k)
     return None
+
+
+def stage_of(block: Any) -> tuple[str, str] | None:
+    """``(stage, signature)`` of a Winograd stage's block (``input``, ``gemm`` or
+    ``output``), or None for any other block."""
+    mark = block.annotations.get(MARK) if block.annotations else None
+    if mark is None:
+        return None
+    stage, sig = str(mark).split(" ", 1)
+    return stage, sig
 
 
 def convertible(call: Any) -> tuple[int, int, int, int] | None:
@@ -228,55 +239,174 @@ def _winograd(bb: Any, call: Any, pad: tuple[int, int, int, int]) -> Any:
     k = weight.shape[3]
     oh, ow = h + top + bottom - 2, w + left + right - 2
     th, tw = tiles(oh), tiles(ow)
-    dtype = "float32"
     sig = signature(n, oh, ow, c, k)
 
-    def input_transform(data, t):
+    def _mark(stage: str) -> dict[str, str]:
+        # A block annotation (it survives fusion and the records' normalised script,
+        # which renames a block after the buffer it writes): the stage and its conv.
+        return {MARK: f"{stage} {sig}"}
+
+    def input_transform(data):
         padded = topi.nn.pad(
             data,
             [0, top, left, 0],
             [0, th * TILE + 2 - h - top, tw * TILE + 2 - w - left, 0],
             name="winograd_pad",
         )
-        a = te.reduce_axis((0, ALPHA), name="a")
-        b = te.reduce_axis((0, ALPHA), name="b")
+
+        # Separably, as B^T d then (B^T d) B: two sums of at most four terms per value
+        # where the 2-D form has up to 16 (and an expression 10x the size to compile).
+        def rows(xi, b, i, p, q, ch):
+            return _by_index(
+                xi,
+                ALPHA,
+                lambda r: _linear(BT[r], lambda a: padded[i, p * TILE + a, q * TILE + b, ch]),
+            )
+
+        partial = te.compute(
+            (ALPHA, ALPHA, n, th, tw, c), rows, name="winograd_rows", attrs=_mark("rows")
+        )
+
+        def value(xi, nu, i, p, q, ch):
+            return _by_index(
+                nu, ALPHA, lambda s: _linear(BT[s], lambda b: partial[xi, b, i, p, q, ch])
+            )
+
         return te.compute(
-            (ALPHA, ALPHA, n, th, tw, c),
-            lambda xi, nu, i, p, q, ch: te.sum(
-                t[xi, nu, a, b] * padded[i, p * TILE + a, q * TILE + b, ch], axis=[a, b]
-            ),
-            name=f"winograd_input_{sig}",
+            (ALPHA, ALPHA, n, th, tw, c), value, name="winograd_input", attrs=_mark("input")
         )
 
     def gemm(v, u):
         r = te.reduce_axis((0, c), name="c")
+        # Tile-major: the output transform reads a tile's 36 products as one block.
         return te.compute(
-            (ALPHA, ALPHA, n, th, tw, k),
-            lambda xi, nu, i, p, q, ko: te.sum(v[xi, nu, i, p, q, r] * u[xi, nu, r, ko], axis=r),
-            name=f"winograd_gemm_{sig}",
+            (n, th, tw, ALPHA, ALPHA, k),
+            lambda i, p, q, xi, nu, ko: te.sum(v[xi, nu, i, p, q, r] * u[xi, nu, r, ko], axis=r),
+            name="winograd_gemm",
+            attrs=_mark("gemm"),
         )
 
-    def output_transform(m, s):
-        xi = te.reduce_axis((0, ALPHA), name="xi")
-        nu = te.reduce_axis((0, ALPHA), name="nu")
-        return te.compute(
-            (n, oh, ow, k),
-            lambda i, y, x_, ko: te.sum(
-                s[y % TILE, x_ % TILE, xi, nu] * m[xi, nu, i, y // TILE, x_ // TILE, ko],
-                axis=[xi, nu],
-            ),
-            name=f"winograd_output_{sig}",
-        )
+    def output_transform(m):
+        def value(i, y, x_, ko):
+            return _by_position(
+                (y % TILE, x_ % TILE), TILE,
+                lambda r, s: _separable(
+                    AT, r, s, lambda xi, nu: m[i, y // TILE, x_ // TILE, xi, nu, ko]
+                ),
+            )  # fmt: skip
 
-    t = relax.const(input_matrix().astype(dtype))
-    s = relax.const(output_matrix().astype(dtype))
+        return te.compute((n, oh, ow, k), value, name="winograd_output", attrs=_mark("output"))
+
     u = relax.const(weight_transform(weight))
-    v = bb.emit(bb.call_te(input_transform, x, t, primfunc_name_hint="winograd_input"))
+    v = bb.emit(bb.call_te(input_transform, x, primfunc_name_hint="winograd_input"))
     m = bb.emit(bb.call_te(gemm, v, u, primfunc_name_hint="winograd_gemm"))
-    out = bb.call_te(output_transform, m, s, primfunc_name_hint="winograd_output")
-    # A per-output reduction with the convolution's epilogue to follow: FuseOps fuses
-    # elementwise consumers only into functions marked output-elementwise-fusable
-    # (AnnotateTIROpPattern keeps a pattern that is already there).
+    out = bb.call_te(output_transform, m, primfunc_name_hint="winograd_output")
+    # A map with the convolution's epilogue to follow: FuseOps fuses elementwise
+    # consumers only into functions marked output-elementwise-fusable (AnnotateTIROpPattern
+    # keeps a pattern that is already there).
     gvar = out.args[0]
     bb.update_func(gvar, bb.get()[gvar].with_attr("op_pattern", OUT_EWISE_FUSABLE))
     return out
+
+
+def _linear(coefs: np.ndarray, term: Callable[[int], Any]) -> Any:
+    """``sum_a coefs[a] * term(a)`` as an expression: zero coefficients left out, +-1 as
+    an addition or subtraction."""
+    from tvm import tirx
+
+    acc = None
+    for a in np.flatnonzero(coefs):
+        coef = float(coefs[a])
+        expr = term(int(a))
+        if abs(coef) != 1:
+            expr = expr * tirx.const(abs(coef), "float32")
+        if acc is None:
+            acc = expr if coef > 0 else tirx.const(0.0, "float32") - expr
+        else:
+            acc = acc + expr if coef > 0 else acc - expr
+    return acc
+
+
+def _separable(matrix: np.ndarray, row: int, col: int, load: Callable[[int, int], Any]) -> Any:
+    """``sum_a M[row, a] sum_b M[col, b] load(a, b)`` as an expression, a sum of row sums
+    (the unrolled tile shares them: the compiler's common subexpressions)."""
+    return _linear(matrix[row], lambda a: _linear(matrix[col], lambda b: load(a, b)))
+
+
+def _by_index(index: Any, size: int, value: Callable[[int], Any]) -> Any:
+    """``value(r)`` for ``index == r``: a chain of selects that folds to one branch once
+    the loop of ``index`` is unrolled."""
+    from tvm import tirx
+
+    expr = value(size - 1)
+    for r in reversed(range(size - 1)):
+        expr = tirx.Select(index == r, value(r), expr)
+    return expr
+
+
+def _by_position(index: tuple[Any, Any], size: int, value: Callable[[int, int], Any]) -> Any:
+    """The expression ``value(r, s)`` for the position ``index == (r, s)`` of a
+    ``size x size`` tile: a chain of selects that folds to one branch once the tile's
+    loops are unrolled (the schedules here unroll them)."""
+    from tvm import tirx
+
+    cases = [(r, s) for r in range(size) for s in range(size)]
+    expr = value(*cases[-1])
+    for r, s in reversed(cases[:-1]):
+        expr = tirx.Select(tirx.all(index[0] == r, index[1] == s), value(r, s), expr)
+    return expr
+
+
+def schedule(sch: Any, block: Any, *, lanes: int, cores: int) -> bool:
+    """Schedule a ``winograd_input`` or ``winograd_output`` block (maps no space covers:
+    each value is a different sum per position in its tile) tile by tile: the tile's
+    positions unrolled, so that each select folds to its one sum, whose terms share the
+    loads of the tile; the channels in vectors of ``lanes``, the tiles over ``cores``.
+    The epilogue (bias, residual, relu) that FuseOps put after an output transform runs
+    tile by tile too, while the tile is in cache. False for any other block or where
+    TVM refuses (the caller's default schedule then applies)."""
+    marked = stage_of(sch.get(block))
+    name = str(sch.get(block).name_hint)
+    try:
+        if marked is not None and marked[0] == "output":
+            n, h, w, k = sch.get_loops(block)
+            ho, hi = sch.split(h, [None, TILE])
+            wo, wi = sch.split(w, [None, TILE])
+            tile, outer = (hi, wi), [n, ho, wo]
+        elif marked is not None and marked[0] == "input":
+            xi, nu, n, p, q, k = sch.get_loops(block)
+            tile, outer = (xi, nu), [n, p, q]
+            (rows,) = sch.get_producers(block)
+        else:
+            return False
+        extent = int(sch.get(k).extent)
+        v = lanes if lanes > 1 and extent % lanes == 0 else 1
+        ko, kv = sch.split(k, [None, v])
+        sch.reorder(*outer, ko, *tile, kv)
+        for loop in tile:
+            sch.unroll(loop)
+        if v > 1:
+            sch.vectorize(kv)
+        take, tasks = 0, 1
+        while take < len(outer) and tasks < 16 * max(1, cores):
+            tasks *= int(sch.get(outer[take]).extent)
+            take += 1
+        sch.parallel(sch.fuse(*outer[:take]) if take > 1 else outer[0])
+        if marked[0] == "input":  # B^T d, for the tile, where B^T d B reads it
+            sch.compute_at(rows, ko)
+            *_, r_xi, r_b, r_k = sch.get_loops(rows)
+            sch.unroll(r_xi)
+            sch.unroll(r_b)
+            if v > 1:
+                sch.vectorize(r_k)
+        for consumer in sch.get_consumers(block):
+            sch.reverse_compute_at(consumer, ko)
+            inner = sch.get_loops(consumer)[-1]
+            if v > 1 and int(sch.get(inner).extent) == v:
+                sch.vectorize(inner)
+        return True
+    except Exception as exc:  # TVM's own error types: the caller falls back
+        import logging
+
+        logging.getLogger(__name__).debug("%s: winograd schedule: %s", name, exc)
+        return False
