@@ -148,7 +148,7 @@ def cmd_model_tasks(args: argparse.Namespace) -> int:
         f"{len(rows)} tasks; {100 * untunable:.1f}% of the untuned time has no space family"
         + (
             f"; {alternatives} are stages of 3x3 convolutions' Winograd form (share: of the "
-            "direct model's time), run where their records beat the direct form"
+            "direct model's time), built where the model ran faster with them"
             if alternatives
             else ""
         )

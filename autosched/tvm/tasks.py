@@ -38,8 +38,8 @@ class ModelTask:
         family: ``"contraction"``, ``"rowwise"``, or None (only the default schedule).
         functions: every Relax function name that computes it.
         form: ``"winograd"`` for a stage of a convolution's Winograd form (an
-            alternative: a build runs it only where its records beat the direct
-            convolution's), else ``"direct"``.
+            alternative: a build runs it only where the model, timed both ways, ran
+            faster with it; :mod:`autosched.tvm.forms`), else ``"direct"``.
     """
 
     name: str
@@ -140,14 +140,12 @@ def extract_tasks(
         from autosched.measure.device import select_device
 
         limits = select_device(None, target=target).limits
-    modules = [(mod if fused else fuse(mod), "direct")]
+    by_key = _functions(mod if fused else fuse(mod), only_winograd=False)
     if winograd and not fused and target == "llvm":
         from autosched.tvm.winograd import call_signature
 
-        modules.append((fuse(mod, winograd=lambda call: call_signature(call) is not None), ""))
-    by_key: dict[str, dict[str, Any]] = {}
-    for fused_mod, only in modules:
-        for key, entry in _functions(fused_mod, only_winograd=not only).items():
+        every = fuse(mod, winograd=lambda call: call_signature(call) is not None)
+        for key, entry in _functions(every, only_winograd=True).items():
             by_key.setdefault(key, entry)
     tasks = []
     for entry in by_key.values():
@@ -254,7 +252,7 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
             log.debug("default schedule of %s: %s", block.name_hint, exc)
 
 
-def default_latency_ms(task: ModelTask | FusedFunc, *, device: Any, repeats: int = 5) -> float:
+def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> float:
     """Milliseconds of one call of ``task``'s function as an untuned build runs it: its
     space's default config, or :func:`default_schedule` where no family covers it (llvm;
     TVM's runtime, the device's threads), the median of ``repeats`` calls, each after
@@ -267,7 +265,7 @@ def default_latency_ms(task: ModelTask | FusedFunc, *, device: Any, repeats: int
     from autosched.measure.runner import FLUSH_ALL_BUT_FIRST
     from autosched.space.schedule import apply
 
-    wl = task.workload if isinstance(task, ModelTask) else task
+    wl = task.workload
     device.use_in_this_process()
     sch = Schedule(wl.prim_func())
     space = space_of(wl, target="llvm", limits=device.limits)
