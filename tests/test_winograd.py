@@ -252,3 +252,18 @@ def test_candidates_need_records_of_both_forms_for_every_tunable_function(convs)
     assert forms.candidates(mod, lambda f, n: 1e-3, has_space) == both
     assert forms.candidates(mod, lambda f, n: None, has_space) == set()
     assert forms.candidates(mod, winograd_only, has_space) == set()
+
+
+def test_a_model_that_cannot_be_timed_keeps_its_convolutions_direct(convs, host, caplog):
+    mod, _, _ = convs
+    target = tvm.target.Target(host.tvm_target())
+
+    def cannot_run(fused):
+        raise RuntimeError("no runtime for this module")
+
+    with caplog.at_level("WARNING", logger="autosched.tvm.forms"):
+        chosen, built = forms.choose(
+            mod, schedule=cannot_run, target=target, sigs={"n1_h10_w10_c4_k8"}
+        )
+    assert (chosen, built) == (set(), {})
+    assert "could not be timed (no runtime for this module)" in caplog.text

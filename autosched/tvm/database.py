@@ -322,10 +322,9 @@ def build(
     Runs :func:`autosched.tvm.tasks.fuse` (the pipeline task extraction runs), then
     :meth:`RecordsDatabase.apply_to`, then ``tvm.compile`` for the device's target.
 
-    ``winograd``: None (llvm with records) puts each 3x3 stride-1 convolution in the
-    form that ran faster inside the model on this device, among those tuned in both
-    (:func:`choose_forms`); True, every
-    one in Winograd form; False, none.
+    ``winograd``: None (llvm with records) puts each 3x3 stride-1 convolution tuned in
+    both forms in the one that ran faster inside the model on this device
+    (:func:`choose_forms`); True (llvm) every one in Winograd form; False none.
     """
     import tvm
 

@@ -78,7 +78,11 @@ def choose(
     direct = fuse(mod)
     winograd = fuse(mod, winograd=lambda call: call_signature(call) in sigs)
     forms = [_forms(direct), _forms(winograd)]
-    runners = [_Timed(schedule(direct), target), _Timed(schedule(winograd), target)]
+    try:
+        runners = [_Timed(schedule(direct), target), _Timed(schedule(winograd), target)]
+    except Exception as exc:  # a model this process cannot run (symbolic shapes, say)
+        log.warning("the convolutions stay direct: the model could not be timed (%s)", exc)
+        return set(), {}
     for _ in range(rounds):
         for runner in runners:
             runner.run(runs)
