@@ -21,6 +21,8 @@ from autosched.tuning.model import model_job, model_policy, task_timings, tune_t
 from autosched.tuning.runner import LocalRunner
 from autosched.tuning.scheduler import Gradient, TaskProgress
 from autosched.tvm.tasks import default_latency_ms, default_schedule, extract_tasks
+from tests.relax_models import assert_matches
+from tests.relax_models import relax_of as _relax
 
 nn = torch.nn
 
@@ -83,19 +85,6 @@ class BertLayer(nn.Module):
         return self.ln2(x + self.f2(nn.functional.gelu(self.f1(x))))
 
 
-def _relax(module: nn.Module, shape: tuple[int, ...]):
-    from tvm.relax.frontend.torch import from_exported_program
-
-    torch.manual_seed(0)
-    module = module.eval()
-    for bn in [m for m in module.modules() if isinstance(m, nn.BatchNorm2d)]:
-        bn.running_mean.uniform_(-0.5, 0.5)  # BN arithmetic that is not the identity
-        bn.running_var.uniform_(0.5, 1.5)
-    x = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
-    ep = torch.export.export(module, (torch.from_numpy(x),))
-    return from_exported_program(ep, keep_params_as_input=False), x, module
-
-
 @pytest.fixture(scope="module")
 def resnet():
     return _relax(ResBlock(), (1, 8, 16, 16))
@@ -126,18 +115,8 @@ def _check_configs(task, host, n: int = 3) -> None:
     rng = np.random.default_rng(1)
     inputs = wl.make_inputs(rng)
     expected = wl.reference(inputs)
-    rtol, atol = wl.tolerance()
     for config in [space.default(), *space.sample(rng, n)]:
-        lib = tvm.compile(schedule(space, config), target="llvm")
-        args = {
-            s.name: tvm.runtime.tensor(
-                inputs[s.name] if s.role == "input" else np.full(s.shape, np.nan, s.dtype)
-            )
-            for s in wl.tensor_specs()
-        }
-        lib["main"](*args.values())
-        for name, want in expected.items():
-            np.testing.assert_allclose(args[name].numpy(), want, rtol=rtol, atol=atol)
+        assert_matches(wl, tvm.compile(schedule(space, config), target="llvm"), inputs, expected)
 
 
 def test_resnet_block_tasks_have_weights_and_families(resnet, host):

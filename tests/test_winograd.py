@@ -23,6 +23,8 @@ from autosched.tuning.model import tune_tasks
 from autosched.tuning.runner import LocalRunner
 from autosched.tvm import forms, winograd
 from autosched.tvm.tasks import call_counts, default_schedule, extract_tasks, fuse
+from tests.relax_models import assert_matches
+from tests.relax_models import relax_of as _relax
 
 nn = torch.nn
 
@@ -74,16 +76,6 @@ class Convs(nn.Module):
         return self.strided(y)
 
 
-def _relax(module: nn.Module, shape: tuple[int, ...]):
-    from tvm.relax.frontend.torch import from_exported_program
-
-    torch.manual_seed(0)
-    module = module.eval()
-    x = np.random.default_rng(0).uniform(-1, 1, shape).astype("float32")
-    ep = torch.export.export(module, (torch.from_numpy(x),))
-    return from_exported_program(ep, keep_params_as_input=False), x, module
-
-
 @pytest.fixture(scope="module")
 def convs():
     return _relax(Convs(), (1, 4, 10, 10))
@@ -109,12 +101,14 @@ def _forms_of(fused) -> list[tuple[str, str]]:
 
 def test_only_3x3_stride_1_convolutions_are_rewritten_and_each_stage_knows_its_conv(convs):
     mod, _, _ = convs
-    every = lambda call: winograd.call_signature(call) is not None  # noqa: E731
     a, b = "n1_h10_w10_c4_k8", "n1_h10_w8_c8_k8"
     # Direct: the two convolutions the rewrite takes are recognised by their loop nests.
     assert _forms_of(fuse(mod)) == [("direct", a), ("direct", b)]
     # Winograd: input transform, product and output transform of each; the others stay.
-    assert _forms_of(fuse(mod, winograd=every)) == [("winograd", a)] * 3 + [("winograd", b)] * 3
+    assert (
+        _forms_of(fuse(mod, winograd=winograd.takes))
+        == [("winograd", a)] * 3 + [("winograd", b)] * 3
+    )
     assert _forms_of(fuse(mod, winograd=lambda call: winograd.call_signature(call) == b)) == [
         ("direct", a), ("winograd", b), ("winograd", b), ("winograd", b),
     ]  # fmt: skip
@@ -165,17 +159,7 @@ def test_the_stages_are_tasks_and_their_schedules_compute_the_same(convs, host):
 def _check(wl, lib, rng) -> None:
     """``lib`` computes what ``wl``'s reference does on random inputs."""
     inputs = wl.make_inputs(rng)
-    expected = wl.reference(inputs)
-    rtol, atol = wl.tolerance()
-    args = {
-        s.name: tvm.runtime.tensor(
-            inputs[s.name] if s.role == "input" else np.full(s.shape, np.nan, s.dtype)
-        )
-        for s in wl.tensor_specs()
-    }
-    lib["main"](*args.values())
-    for name, want in expected.items():
-        np.testing.assert_allclose(args[name].numpy(), want, rtol=rtol, atol=atol)
+    assert_matches(wl, lib, inputs, wl.reference(inputs))
 
 
 def _stage(wl) -> str:
@@ -249,9 +233,10 @@ def test_candidates_need_records_of_both_forms_for_every_tunable_function(convs)
     def winograd_only(func, name):
         return 1e-3 if "winograd" in name else None
 
-    assert forms.candidates(mod, lambda f, n: 1e-3, has_space) == both
-    assert forms.candidates(mod, lambda f, n: None, has_space) == set()
-    assert forms.candidates(mod, winograd_only, has_space) == set()
+    fused = (fuse(mod), fuse(mod, winograd=winograd.takes))
+    assert forms.candidates(fused, lambda f, n: 1e-3, has_space) == both
+    assert forms.candidates(fused, lambda f, n: None, has_space) == set()
+    assert forms.candidates(fused, winograd_only, has_space) == set()
 
 
 def test_a_model_that_cannot_be_timed_keeps_its_convolutions_direct(convs, host, caplog):
@@ -263,7 +248,8 @@ def test_a_model_that_cannot_be_timed_keeps_its_convolutions_direct(convs, host,
 
     with caplog.at_level("WARNING", logger="autosched.tvm.forms"):
         chosen, built = forms.choose(
-            mod, schedule=cannot_run, target=target, sigs={"n1_h10_w10_c4_k8"}
-        )
+            mod, direct=fuse(mod), every=fuse(mod, winograd=winograd.takes),
+            schedule=cannot_run, target=target, sigs={"n1_h10_w10_c4_k8"},
+        )  # fmt: skip
     assert (chosen, built) == (set(), {})
     assert "could not be timed (no runtime for this module)" in caplog.text

@@ -135,6 +135,23 @@ def inline(sch, blocks) -> bool:
     return changed
 
 
+TASKS_PER_CORE = 16  # parallel tasks per core in a default schedule, for balance
+
+
+def parallel_leading(sch, loops, *, cores: int):
+    """Fuse as many of ``loops`` (leading spatial loops, outermost first) as give each of
+    ``cores`` :data:`TASKS_PER_CORE` tasks into one parallel loop, the rest left plain
+    inside it (fusing all of them re-derives every index by division and modulo per
+    element); the parallel loop."""
+    take, tasks = 0, 1
+    while take < len(loops) and tasks < TASKS_PER_CORE * max(1, cores):
+        tasks *= int(sch.get(loops[take]).extent)
+        take += 1
+    outer = sch.fuse(*loops[:take]) if take > 1 else loops[0]
+    sch.parallel(outer)
+    return outer
+
+
 class FusedFunc(Workload):
     """A model's fused PrimFunc (op ``"fused"``): ``script`` is :func:`normalize`'s text;
     ``name`` is only shown (it is not part of the key or of the records)."""

@@ -188,7 +188,7 @@ def choose_forms(mod: Any, records: RecordsDatabase, tvm_target: Any) -> tuple[A
     module and, where it is one of the two builds the choice timed, its executable (else
     None); ``records.applied`` lists that module's functions."""
     from autosched.tvm import forms
-    from autosched.tvm.winograd import call_signature
+    from autosched.tvm.winograd import call_signature, takes
 
     if records.target != "llvm" or not records.records:
         return records.apply_to(fuse(mod)), None
@@ -201,8 +201,11 @@ def choose_forms(mod: Any, records: RecordsDatabase, tvm_target: Any) -> tuple[A
         applied[id(out)] = records.applied[before:]
         return out
 
-    sigs = forms.candidates(mod, records.tuned_latency_s, records.has_space)
-    chosen, built = forms.choose(mod, schedule=schedule, target=tvm_target, sigs=sigs)
+    direct, every = fuse(mod), fuse(mod, winograd=takes)
+    sigs = forms.candidates((direct, every), records.tuned_latency_s, records.has_space)
+    chosen, built = forms.choose(
+        mod, direct=direct, every=every, schedule=schedule, target=tvm_target, sigs=sigs
+    )
     records.applied.clear()
     if frozenset(chosen) in built:  # the form of every candidate is one build timed
         module, executable = built[frozenset(chosen)]
@@ -343,10 +346,9 @@ def build(
     if winograd is None:
         mod, executable = choose_forms(mod, records, tvm_target)
     else:
-        from autosched.tvm.winograd import call_signature
+        from autosched.tvm.winograd import takes
 
-        every = (lambda call: call_signature(call) is not None) if winograd else None
-        mod = records.apply_to(fuse(mod, winograd=every))
+        mod = records.apply_to(fuse(mod, winograd=takes if winograd else None))
     if executable is None:
         executable = tvm.compile(mod, target=tvm_target)
     return RelaxBuild(executable=executable, module=mod, applied=records.applied, target=target)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -31,19 +31,20 @@ RUNS = 5  # model runs per build and round (after one warm-up run)
 
 
 def candidates(
-    mod: Any,
+    fused: Sequence[Any],
     tuned_latency_s: Callable[[Any, str], float | None],
     has_space: Callable[[Any, str], bool],
 ) -> set[str]:
     """Signatures of the convolutions both of whose forms have a record on this device
-    for every function a space covers (``tuned_latency_s`` is not None)."""
+    for every function a space covers (``tuned_latency_s`` is not None), read off the
+    model fused both ways (every convolution direct, every one the rewrite takes in
+    Winograd form)."""
     from tvm import tirx
 
     seen: dict[tuple[str, str], bool] = {}
-    every = lambda call: call_signature(call) is not None  # noqa: E731
-    for fused in (fuse(mod), fuse(mod, winograd=every)):
-        counts = call_counts(fused)
-        for gv, func in fused.functions.items():
+    for module in fused:
+        counts = call_counts(module)
+        for gv, func in module.functions.items():
             if not isinstance(func, tirx.PrimFunc) or gv.name_hint not in counts:
                 continue
             form = form_of(func)
@@ -63,6 +64,8 @@ def candidates(
 def choose(
     mod: Any,
     *,
+    direct: Any,
+    every: Any,
     schedule: Callable[[Any], Any],
     target: Any,
     sigs: set[str],
@@ -72,12 +75,17 @@ def choose(
     """The signatures among ``sigs`` whose Winograd form took less time inside the model
     than their direct form, and the two builds timed (the set of signatures in Winograd
     form -> the scheduled module and its executable), for the caller to reuse.
-    ``schedule`` applies the records to a fused module."""
+    ``direct`` and ``every`` are ``mod`` fused with every convolution direct and with
+    every one the rewrite takes in Winograd form (``schedule``, which applies the
+    records to a fused module, may change them in place)."""
     if not sigs:
         return set(), {}
-    direct = fuse(mod)
-    winograd = fuse(mod, winograd=lambda call: call_signature(call) in sigs)
-    forms = [_forms(direct), _forms(winograd)]
+    forms = [_forms(direct), _forms(every)]
+    if sigs == {sig for kind, sig in forms[1].values() if kind == "winograd"}:
+        winograd = every
+    else:
+        winograd = fuse(mod, winograd=lambda call: call_signature(call) in sigs)
+        forms[1] = _forms(winograd)
     try:
         runners = [_Timed(schedule(direct), target), _Timed(schedule(winograd), target)]
     except Exception as exc:  # a model this process cannot run (symbolic shapes, say)

@@ -19,12 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from autosched.errors import AutoschedError, ScheduleError
-from autosched.ops.fused import FusedFunc, inline
+from autosched.ops.fused import FusedFunc, inline, parallel_leading
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
-
-TASKS_PER_CORE = 16  # parallel tasks per core in the default schedule, for balance
 
 
 @dataclass(frozen=True)
@@ -142,9 +140,9 @@ def extract_tasks(
         limits = select_device(None, target=target).limits
     by_key = _functions(mod if fused else fuse(mod), only_winograd=False)
     if winograd and not fused and target == "llvm":
-        from autosched.tvm.winograd import call_signature
+        from autosched.tvm.winograd import takes
 
-        every = fuse(mod, winograd=lambda call: call_signature(call) is not None)
+        every = fuse(mod, winograd=takes)
         for key, entry in _functions(every, only_winograd=True).items():
             by_key.setdefault(key, entry)
     tasks = []
@@ -198,8 +196,8 @@ def _functions(mod: Any, *, only_winograd: bool) -> dict[str, dict[str, Any]]:
 def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
     """The schedule of a function no family covers, for llvm, block by block at the top
     level: as many leading spatial loops as give each of the device's cores
-    :data:`TASKS_PER_CORE` tasks are fused into one parallel loop (the rest stay plain
-    loops inside it: fusing all of them re-derived every index by division and modulo
+    :data:`autosched.ops.fused.TASKS_PER_CORE` tasks are fused into one parallel loop
+    (the rest stay plain loops inside it: fusing all of them re-derived every index by division and modulo
     per element, and ResNet-18's input transpose ran 1.7x slower from memory, 5x from
     cache, on a Zen 5), and the innermost spatial loop is vectorised at the device's
     native width where its extent allows.
@@ -242,12 +240,7 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
                     sch.vectorize(inner)
                     loops = sch.get_loops(rv)  # the lanes' outer part is the last of lead
             if lead >= 1:
-                take, tasks = 0, 1
-                while take < lead and tasks < TASKS_PER_CORE * max(1, limits.cores):
-                    tasks *= int(sch.get(loops[take]).extent)
-                    take += 1
-                outer = sch.fuse(*loops[:take]) if take > 1 else loops[0]
-                sch.parallel(outer)
+                parallel_leading(sch, loops[:lead], cores=limits.cores)
         except Exception as exc:  # TVM raises its own error types; the block stays plain
             log.debug("default schedule of %s: %s", block.name_hint, exc)
 

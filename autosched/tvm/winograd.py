@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from autosched.ops.fused import parallel_leading
+
 TILE = 4  # outputs per tile side: F(4x4, 3x3)
 KERNEL = 3
 ALPHA = TILE + KERNEL - 1  # inputs per tile side
@@ -132,6 +134,11 @@ def call_signature(call: Any) -> str | None:
     n, h, w, c = (int(d) for d in call.args[0].ty.shape.values)
     k = int(call.args[1].value.shape[3])
     return signature(n, h + pad[0] + pad[2] - 2, w + pad[1] + pad[3] - 2, c, k)
+
+
+def takes(call: Any) -> bool:
+    """Whether the rewrite takes this conv2d call (the predicate for every one)."""
+    return convertible(call) is not None
 
 
 def form_of(func: Any) -> tuple[str, str] | None:
@@ -387,11 +394,7 @@ def schedule(sch: Any, block: Any, *, lanes: int, cores: int) -> bool:
             sch.unroll(loop)
         if v > 1:
             sch.vectorize(kv)
-        take, tasks = 0, 1
-        while take < len(outer) and tasks < 16 * max(1, cores):
-            tasks *= int(sch.get(outer[take]).extent)
-            take += 1
-        sch.parallel(sch.fuse(*outer[:take]) if take > 1 else outer[0])
+        parallel_leading(sch, outer, cores=cores)
         if marked[0] == "input":  # B^T d, for the tile, where B^T d B reads it
             sch.compute_at(rows, ko)
             *_, r_xi, r_b, r_k = sch.get_loops(rows)
