@@ -26,7 +26,8 @@ best-so-far curve, as a fraction of the cache's best:
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -77,10 +78,12 @@ class CacheStatistics:
         return float(self.objective_performances_total_sorted[-1])
 
 
-def methodology_score(
+def seed_scores(
     runs: Sequence[Sequence[float | None]], cache_latencies: Sequence[float], budget: int
-) -> float:
-    """The score of Willemsen et al. (see the module docstring).
+) -> np.ndarray:
+    """Each run's share of the score of Willemsen et al. (see the module docstring): the
+    standardisation is linear in the curve, so the score of the runs' mean curve is the
+    mean of these; resampling them resamples the score (:func:`support`).
 
     Args:
         runs: per seed, each trial's latency in seconds (None for a failed config).
@@ -100,7 +103,6 @@ def methodology_score(
         curve = np.full(budget, acc[-1])
         curve[: len(acc)] = acc
         curves.append(curve)
-    mean_curve = np.mean(curves, axis=0)
     fevals = np.arange(1, budget + 1)
     baseline = RandomSearchCalculatedBaseline(stats)
     # On a small cache random search is expected to hold the optimum before the budget
@@ -110,11 +112,79 @@ def methodology_score(
     reached = np.flatnonzero(random_curve <= stats.total_performance_absolute_optimum())
     n = int(reached[0]) if len(reached) else budget
     if n == 0:
-        return float("nan")
-    (standardised,) = baseline.get_standardised_curves(
-        fevals[:n], [mean_curve[:n]], x_type="fevals"
+        return np.full(len(curves), np.nan)
+    standardised = baseline.get_standardised_curves(
+        fevals[:n], [c[:n] for c in curves], x_type="fevals"
     )
-    return float(np.mean(standardised))
+    return np.array([float(np.mean(c)) for c in standardised])
+
+
+def methodology_score(
+    runs: Sequence[Sequence[float | None]], cache_latencies: Sequence[float], budget: int
+) -> float:
+    """The score of Willemsen et al. (see the module docstring): 0 is random search, 1
+    the optimum from the first trial. Arguments as :func:`seed_scores`'."""
+    return float(np.mean(seed_scores(runs, cache_latencies, budget)))
+
+
+def per_seed(
+    gflops: Sequence[Sequence[float]],
+    latencies: Sequence[Sequence[float | None]],
+    cache_latencies: Sequence[float],
+    best: float,
+    budget: int,
+) -> dict[str, list[float | None]]:
+    """Each run's trials to 95 % (None: never), best after ``budget`` trials (a fraction
+    of ``best``) and share of the score: what :func:`support` resamples."""
+    curves = [best_so_far(g, best, budget) for g in gflops]
+    t95 = [trials_to(c, 0.95) for c in curves]
+    return {
+        "trials_to_95": [None if math.isinf(t) else t for t in t95],
+        f"best_at_{budget}": [round(float(c[-1]), 4) for c in curves],
+        "score": [round(float(x), 4) for x in seed_scores(latencies, cache_latencies, budget)],
+    }
+
+
+def support(
+    seeds: dict[str, dict[str, list[float | None]]],
+    targets: Callable[[dict[str, dict[str, Any]]], dict[str, bool | None]],
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> dict[str, float]:
+    """How often each target holds when every strategy's seeds are resampled (a
+    bootstrap): 1.0 or 0.0 is a clear hit or miss, values between say how much of the
+    verdict the seeds' luck decides.
+
+    Args:
+        seeds: per strategy, :func:`per_seed`'s lists (one value per seed).
+        targets: the verdicts from per-strategy figures (trials_to_95, best_at_N, score:
+            medians and the mean as in the report).
+        resamples: bootstrap resamples.
+        seed: seeds the resampling (a report is deterministic).
+    """
+    rng = np.random.default_rng(seed)
+    arrays = {
+        name: {
+            k: np.array([np.inf if v is None else v for v in vals], dtype=float)
+            for k, vals in figures.items()
+        }
+        for name, figures in seeds.items()
+    }
+    held: dict[str, list[bool]] = {}
+    for _ in range(resamples):
+        sample: dict[str, dict[str, Any]] = {}
+        for name, figures in arrays.items():
+            n = len(next(iter(figures.values())))
+            idx = rng.integers(n, size=n)
+            sample[name] = {
+                k: (float(np.mean(v[idx])) if k == "score" else median_or_none(v[idx]))
+                for k, v in figures.items()
+            }
+        for k, v in targets(sample).items():
+            if v is not None:
+                held.setdefault(k, []).append(bool(v))
+    return {k: round(float(np.mean(v)), 3) for k, v in held.items()}
 
 
 def summarise(

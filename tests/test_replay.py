@@ -32,7 +32,10 @@ sys.path.insert(0, str(ROOT))
 from bench.replay_metrics import (  # noqa: E402
     best_so_far,
     methodology_score,
+    per_seed,
+    seed_scores,
     summarise,
+    support,
     trials_to,
 )
 from bench.replay_strategies import KernelTunerReplay, autosched_run  # noqa: E402
@@ -250,6 +253,34 @@ def test_the_metrics_on_a_hand_made_cache():
     few = [1.0 / v for v in range(1, 21)]
     assert methodology_score([[1 / 20] * 16], few, 16) == pytest.approx(1.0)
     assert methodology_score([[1 / 5] * 16], few, 16) < 0
+
+
+def test_the_seed_figures_and_how_firmly_a_target_holds():
+    latencies = [1.0 / v for v in range(1, 101)]
+    runs = [[1 / 60, 1 / 80, 1 / 90, 1 / 90], [1 / 70, 1 / 99, 1 / 100, 1 / 100], [None] * 4]
+    # The score of the runs' mean curve is the mean of the runs' own scores.
+    scores = seed_scores(runs, latencies, 4)
+    assert len(scores) == 3 and scores[1] > scores[0] > scores[2]
+    assert methodology_score(runs, latencies, 4) == pytest.approx(float(np.mean(scores)))
+    gflops = [[60.0, 80.0, 90.0, 90.0], [70.0, 99.0, 100.0, 100.0], [0.0] * 4]
+    seeds = per_seed(gflops, runs, latencies, 100.0, 4)
+    assert seeds["trials_to_95"] == [None, 2, None]
+    assert seeds["best_at_4"] == [0.9, 1.0, 0.0]
+
+    def faster(figures):
+        a, b = figures["a"]["trials_to_95"], figures["b"]["trials_to_95"]
+        return {"a_faster": a is not None and (b is None or a < b)}
+
+    # a always at 2 and b never: a clear hit; a at 2 or never against b at 3: luck.
+    clear = support({"a": {"trials_to_95": [2, 2, 2]}, "b": {"trials_to_95": [None] * 3}}, faster)
+    assert clear == {"a_faster": 1.0}
+    luck = support(
+        {"a": {"trials_to_95": [2, None, 2, None]}, "b": {"trials_to_95": [3] * 4}}, faster
+    )
+    assert 0.2 < luck["a_faster"] < 0.8
+    assert luck == support(
+        {"a": {"trials_to_95": [2, None, 2, None]}, "b": {"trials_to_95": [3] * 4}}, faster
+    )  # seeded
 
 
 def test_kernel_tuner_simulation_mode_over_a_small_cache(small):
