@@ -85,11 +85,16 @@ def _load(entries: list[dict[str, Any]], folder: str) -> None:
 
 
 def _transfers(source: Any, cache: Any) -> bool:
-    """Whether ``source``'s records are a transfer source of a search over ``cache``."""
+    """Whether ``source``'s records are a transfer source of a search over ``cache``:
+    the same workload on the same target, from another device family the search would
+    learn from (a CPU's records say nothing of a GPU's schedules: similarity 0)."""
+    from autosched.space.device import similarity
+
     return (
         source.workload.key == cache.workload.key
         and source.target == cache.target
         and source.slot.family != cache.slot.family
+        and similarity(source.slot.limits, cache.slot.limits) > 0
     )
 
 
@@ -332,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
             old = before.pop(entry["file"], None)
             if old and old.get("seeds") == entry["seeds"] and old.get("budget") == entry["budget"]:
                 entry["strategies"] = {**old["strategies"], **entry["strategies"]}
+                if not entry["transfer_from"]:  # no longer a transfer source for it
+                    entry["strategies"].pop("autosched-model-transfer", None)
                 entry["targets"] = _targets(entry["strategies"])
                 entry["support"] = _support(entry["file"], entry["strategies"])
         results = sorted([*before.values(), *results], key=lambda e: order.index(e["file"]))

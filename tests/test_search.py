@@ -499,3 +499,37 @@ def test_the_best_configs_of_twin_and_kin_workloads_on_this_device_are_parents(r
     later = search.propose(8)
     assert ranked[0].config_key not in {c.key for c in later}
     assert not {c.key for c in later} & {c.key for c in batch}
+
+
+def test_an_alike_devices_best_config_is_measured_first_and_a_gpu_says_nothing_to_a_cpu(
+    records, limits
+):
+    target = [r for r in _one_shape(records) if r.ok]
+    space_for = _space_for(limits)
+    space = space_for(target[0].workload)
+    best = max(target, key=score)
+
+    def search_after(theirs, seed=3):
+        s = EvolutionarySearch(
+            space, rng=np.random.default_rng(seed), space_for=space_for, family="mine"
+        )
+        s.observe(theirs)
+        return s, [c.key for c in s.propose(8)]
+
+    # Another family on a device whose fingerprint is this one's: its best is measured
+    # first (here one the prior ranks last), whatever the draws.
+    X = featurize(space, [Config(r.config) for r in target])
+    upside_down = _relabel(target, 1.0 + ranks_of(-prior_score(X)), family="alike")
+    theirs_best = max(upside_down, key=score).config_key
+    for seed in range(4):
+        alike, first = search_after(upside_down, seed)
+        assert first[0] == theirs_best
+    assert "transfer:alike" in alike.blend.weights()
+    # The same records measured on a GPU: not a transfer source, not a parent.
+    gpu = {**target[0].device, "type": "gpu", "name": "a GPU"}
+    on_gpu = [dataclasses.replace(r, device_family="gpu", device=gpu) for r in target]
+    far, first = search_after(on_gpu)
+    assert similarity(space.limits, device_limits(gpu, "opencl")) == 0.0
+    assert "transfer:gpu" not in far.blend.weights()
+    assert best.config_key not in first
+    assert all(Config(r.config) not in far._parents() for r in on_gpu)

@@ -7,10 +7,12 @@ weighed by how well it ranks this workload's own measurements); grow a populatio
 random valid configs, mutations of the best measured ones, the best configs of twin
 workloads on this device (the same loop nest under another epilogue: a convolution
 with and without a residual add), the best config of each other workload of the kind
-(a model's other convolutions) and the best configs other devices found; evolve it for
+(a model's other convolutions) and the best configs other devices found (not a
+GPU's for a CPU, or the other way round: those records are no source at all); evolve it for
 a few generations by mutation and crossover, ranking by the blend; then propose a
 twin's best configs not yet measured here, the best config of another workload of the
-kind that the blend ranks highest, and the blend's top picks, each differing from the
+kind that the blend ranks highest, the best config of each other device family alike
+to this one (the same fingerprint as far as schedules go), and the blend's top picks, each differing from the
 others of its batch in at least two knobs, with an ``epsilon`` share of random configs
 so the model keeps seeing where it is wrong.
 """
@@ -32,6 +34,10 @@ from autosched.space.device import device_limits, similarity
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
+
+# Another device family this similar (autosched.space.device.similarity) has its best
+# config of the workload measured in the first batch.
+ALIKE = 0.9
 
 
 class EvolutionarySearch:
@@ -82,6 +88,7 @@ class EvolutionarySearch:
         self._twin: dict[str, bool] = {}  # workload key -> its space has these knobs
         self._kin_records: list[Record] = []  # this device's, other workloads of this kind
         self._kin_fitted = 1  # records the kin transfer source was last fitted on
+        self._similar: dict[str, float] = {}  # other family -> similarity to this device
         self._dirty = True
 
     def observe(self, records: Sequence[Record]) -> None:
@@ -123,6 +130,21 @@ class EvolutionarySearch:
         of this space's kind that is not a twin (a model's other convolutions)."""
         return _best_per_workload(self._kin_records, per_workload)
 
+    def _alike_best(self) -> list[Config]:
+        """The best config each other device family alike to this one (similarity at
+        least :data:`ALIKE`) measured for this workload, where valid here."""
+        key = self.space.workload.key
+        out = []
+        for family, recs in self.others.items():
+            if self._similar.get(family, 0.0) < ALIKE:
+                continue
+            theirs = [r for r in recs if r.workload_key == key and r.ok]
+            if theirs:
+                best = Config(max(theirs, key=score).config)
+                if self.space.is_valid(best):
+                    out.append(best)
+        return out
+
     def _is_twin(self, record: Record) -> bool:
         if record.workload_key not in self._twin:
             try:
@@ -137,10 +159,12 @@ class EvolutionarySearch:
             return
         for family, recs in self.others.items():
             limits = device_limits(recs[0].device, self.space.target)
+            similar = self._similar.setdefault(family, similarity(self.space.limits, limits))
+            if similar <= 0:  # a CPU's records say nothing of a GPU's schedules
+                continue
             space_for = _other_space(self.space, limits)
             kin = self._kin(recs, space_for)
             if kin:
-                similar = similarity(self.space.limits, limits)
                 self.blend.add_transfer(family, kin, space_for, similar=similar)
         key = self.space.workload.key
         mine = [r for r in self.own if r.workload_key == key]
@@ -174,7 +198,9 @@ class EvolutionarySearch:
         # seeds whose mutations the blend ranks, where valid here.
         parents += self._kin_best(1)
         # What other devices found best for this workload, where valid here.
-        for recs in self.others.values():
+        for family, recs in self.others.items():
+            if self._similar.get(family, 0.0) <= 0:
+                continue
             theirs = sorted((r for r in recs if r.workload_key == key and r.ok), key=score)
             parents += [Config(r.config) for r in theirs[::-1][: max(1, self.elites // 4)]]
         return [c for c in parents if self.space.is_valid(c)]
@@ -225,6 +251,12 @@ class EvolutionarySearch:
         if kin and len(first) < n:
             top = kin[int(np.argmax(self.blend.score(kin)))]
             first[top.key] = top
+        # And the best config of each other device family whose fingerprint is this
+        # device's (every property the schedules depend on alike): what that device
+        # measured best is the strongest guess there is before this one has measured.
+        for c in self._alike_best():
+            if len(first) < max(1, n // 4) and c.key not in self.seen and c.key not in first:
+                first[c.key] = c
         fresh = [c for c in fresh if c.key not in first]
         scores = self.blend.score(fresh)
         ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
