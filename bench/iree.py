@@ -56,6 +56,7 @@ WORKLOADS = {
 }
 
 
+KERNEL_REPEAT = 9  # dispatches per call when the kernels are timed without the call
 TIMING = TimingOptions(warmup=2, min_repeats=10, max_repeats=200, min_time_s=0.3)
 
 
@@ -66,26 +67,40 @@ def _stats(latencies: list[float]) -> dict[str, float]:
     return {"ms": med * 1e3, "spread": iqr / med, "samples": int(lat.size)}
 
 
-def side_by_side(wl, dev, target: str, configs: dict[str, dict], *, rounds: int) -> dict:
+def side_by_side(
+    wl,
+    dev,
+    target: str,
+    configs: dict[str, dict],
+    *,
+    rounds: int,
+    repeat: int | None = None,
+    numpy_too: bool = True,
+) -> dict:
     """Interleaved rounds: each config's module through one worker, then numpy in a
     process of its own (the peers benchmark's :class:`~bench.peers_retime.Vendor`: its
-    BLAS's own threads and one thread, the faster counting)."""
+    BLAS's own threads and one thread, the faster counting). ``repeat``: time the
+    modules' dispatches instead of their calls (:func:`~autosched.iree.build.build_iree`)."""
     space = make_space(wl, target=target, limits=dev.limits)
     # One module per distinct config: when the search's best is IREE's own config, both
     # rows are the one module's figures, not two timings of it that differ by noise.
     first = {}
     for name, cfg in configs.items():
         first.setdefault(Config(cfg).key, name)
-    programs = {name: build_iree(space, Config(configs[name])) for name in first.values()}
+    programs = {
+        name: build_iree(space, Config(configs[name]), repeat=repeat) for name in first.values()
+    }
     inputs = wl.make_inputs(np.random.default_rng(0))
     data = TestData(wl.key, inputs, wl.reference(inputs), *wl.tolerance())
-    lats: dict[str, list[float]] = {n: [] for n in [*programs, "numpy"]}
+    lats: dict[str, list[float]] = {n: [] for n in [*programs, *(["numpy"] if numpy_too else [])]}
     threads: set[str] = set()
-    vendor = Vendor(wl)
+    vendor = Vendor(wl) if numpy_too else None
     try:
         with MeasureWorker(dev, timeout_s=300) as worker:
             for _ in range(rounds):
                 measure_round(worker, programs, data, TIMING, lats)
+                if vendor is None:
+                    continue
                 lats["numpy"].extend(
                     vendor.latencies(
                         min_time_s=TIMING.min_time_s,
@@ -95,9 +110,11 @@ def side_by_side(wl, dev, target: str, configs: dict[str, dict], *, rounds: int)
                 )
                 threads.add(vendor.threads)
     finally:
-        vendor.close()
+        if vendor is not None:
+            vendor.close()
     stats = {name: _stats(v) for name, v in lats.items()}
-    stats["numpy"]["threads"] = " or ".join(sorted(threads))
+    if numpy_too:
+        stats["numpy"]["threads"] = " or ".join(sorted(threads))
     for name, cfg in configs.items():
         stats[name] = stats[first[Config(cfg).key]]
     return stats
@@ -145,7 +162,34 @@ def run_one(target: str, op: str, *, trials: int, db: str, batch: int, rounds: i
         "vs_iree_default": iree["ms"] / tuned["ms"],
         "vs_numpy": numpy_["ms"] / tuned["ms"],
     }
+    if target == "iree-llvm-cpu":
+        row.update(kernel_figures(wl, dev, target, best.config, default.config, rounds=rounds))
     return row
+
+
+def kernel_figures(wl, dev, target: str, tuned: dict, default: dict, *, rounds: int) -> dict:
+    """The two configs' kernels alone: each module's dispatches timed without its call
+    (on 2 cores IREE's local-task call took about 60 us around a 0.12 ms convolution, the
+    same for every config), and their share of this CPU's multiply-add peak
+    (``bench/peak.py``): how much any config could still give."""
+    from bench.peak import peak_gflops
+
+    timed = side_by_side(
+        wl, dev, target, {"tuned": tuned, "default": default}, rounds=rounds,
+        repeat=KERNEL_REPEAT, numpy_too=False,
+    )  # fmt: skip
+    peak = peak_gflops()
+    flops = wl.flops()
+    t, d = timed["tuned"]["ms"], timed["default"]["ms"]
+    return {
+        "kernels_timing": f"dispatches run {KERNEL_REPEAT}x per call, per dispatch",
+        "tuned_kernels_ms": t,
+        "iree_default_kernels_ms": d,
+        "vs_iree_default_kernels": d / t,
+        "peak_gflops": peak,
+        "tuned_kernels_of_peak": flops / t / 1e6 / peak,
+        "iree_default_kernels_of_peak": flops / d / 1e6 / peak,
+    }
 
 
 def cpu_summary() -> dict:
@@ -168,12 +212,16 @@ def _fmt(x: float | None, spec: str) -> str:
 
 def print_table(rows: list[dict]) -> None:
     head = f"{'target':<15}{'op':<15}{'trials':>7}{'tuned ms':>10}{'IREE ms':>10}{'numpy ms':>10}"
-    print(head + f"{'vs IREE':>9}{'vs numpy':>10}")
+    print(head + f"{'vs IREE':>9}{'vs numpy':>10}{'kernels vs IREE':>17}{'of peak':>9}")
     for r in rows:
+        kernels = r.get("vs_iree_default_kernels")
+        of_peak = r.get("tuned_kernels_of_peak")
         print(
             f"{r['target']:<15}{r['op']:<15}{r['trials']:>7}{_fmt(r['tuned_ms'], '.3f'):>10}"
             f"{_fmt(r['iree_default_ms'], '.3f'):>10}{_fmt(r['numpy_ms'], '.3f'):>10}"
             f"{_fmt(r['vs_iree_default'], '.2f'):>8}x{_fmt(r['vs_numpy'], '.2f'):>9}x"
+            f"{_fmt(kernels, '.2f'):>16}{'x' if kernels else ' '}"
+            f"{_fmt(of_peak and 100 * of_peak, '.0f'):>8}{'%' if of_peak else ' '}"
         )
 
 
