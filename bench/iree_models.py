@@ -212,12 +212,19 @@ def main(argv: list[str] | None = None) -> int:
     )  # fmt: skip
     from bench.iree import cpu_summary
 
+    # Each row names the CPU and the day it ran (the file gathers rows of several runs).
+    res["cpu"] = cpu_summary()
+    res["date"] = time.strftime("%Y-%m-%d %H:%M")
     path = Path(args.results)
     data = json.loads(path.read_text()) if path.exists() else {"rows": []}
     rows = {(r["model"], r["target"], r["factory"]): r for r in data["rows"]}
     rows[(res["model"], res["target"], res["factory"])] = res
     out = {
-        "machine": {"cpu": cpu_summary(), "python": platform.python_version()},
+        "machine": {
+            "cpu": cpu_summary(),
+            "python": platform.python_version(),
+            "of": "the last run",
+        },
         "rows": sorted(rows.values(), key=lambda r: (r["model"], r["target"], r["factory"])),
     }
     path.parent.mkdir(parents=True, exist_ok=True)
