@@ -8,13 +8,13 @@ random valid configs, mutations of the best measured ones, the best configs of t
 workloads on this device (the same loop nest under another epilogue: a convolution
 with and without a residual add), the best config of each other workload of the kind
 (a model's other convolutions) and the best configs other devices found (not a
-GPU's for a CPU, or the other way round: those records are no source at all); evolve it for
-a few generations by mutation and crossover, ranking by the blend; then propose a
-twin's best configs not yet measured here, the best config of another workload of the
-kind that the blend ranks highest, the best config of each other device family alike
-to this one (the same fingerprint as far as schedules go), and the blend's top picks, each differing from the
-others of its batch in at least two knobs, with an ``epsilon`` share of random configs
-so the model keeps seeing where it is wrong.
+GPU's for a CPU, or the other way round: those records are no source at all); evolve
+it for a few generations by mutation and crossover, ranking by the blend; then propose
+a twin's best configs not yet measured here, the best config of another workload of
+the kind that the blend ranks highest, the best config of each other device family
+alike to this one (the same fingerprint as far as schedules go), and the blend's top
+picks, each differing from the others of its batch in at least two knobs, with an
+``epsilon`` share of random configs so the model keeps seeing where it is wrong.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from autosched.space.space import DeviceLimits, Space
 log = logging.getLogger(__name__)
 
 # Another device family this similar (autosched.space.device.similarity) has its best
-# config of the workload measured in the first batch.
+# config of the workload measured in the next batch (the first, in a cold start).
 ALIKE = 0.9
 
 
