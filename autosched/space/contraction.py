@@ -299,13 +299,9 @@ class ContractionSpace(Space):
         return None
 
     def max_reg_elems(self, vec: int) -> int:
-        """:data:`MAX_REG_ELEMS`, or on llvm the CPU's vector register file where it holds
-        more, in vectors of ``vec`` lanes (AVX-512 at 16: 32 x 16; on a Zen 5, 64 trials
-        of ResNet's 7x7x512 conv found a 7x64 tile 1.57x the best a search under 256
-        found, re-timed side by side). At 8 lanes the same 32 registers hold 256: a
-        448-accumulator tile of 8-wide vectors spills (ResNet's NCHW 56x56 conv, whose
-        rows take no 16-wide vector, settled on such tiles at 128-176 GFLOP/s on a Zen 5
-        where 256-accumulator ones ran 240)."""
+        """:data:`MAX_REG_ELEMS`, or on llvm the CPU's register file in ``vec``-lane
+        vectors where it holds more (AVX-512: 32 x 16 at 16, a 7x64 tile of ResNet's
+        7x7x512 conv 1.57x the best under 256 on a Zen 5; 32 x 8 at 8, where 448 spill)."""
         file = self.limits.vector_registers * min(vec, max(1, self.limits.vector_lanes))
         return max(MAX_REG_ELEMS, file) if self.target == "llvm" else MAX_REG_ELEMS
 
