@@ -533,3 +533,23 @@ def test_an_alike_devices_best_config_is_measured_first_and_a_gpu_says_nothing_t
     assert "transfer:gpu" not in far.blend.weights()
     assert best.config_key not in first
     assert all(Config(r.config) not in far._parents() for r in on_gpu)
+
+
+@pytest.mark.parametrize(
+    ("sample", "target", "tau_at_least"),
+    [("matmul-512-opencl-zen5", "opencl", 0.40), ("conv2d-resnet7x7-llvm-zen5", "llvm", 0.575)],
+)
+def test_on_a_cpu_the_prior_counts_registers_in_the_configs_vector_width(
+    sample, target, tau_at_least
+):
+    """A 32-register AVX-512 file holds 256 accumulators of 8-wide vectors, not 512 (the
+    compiler vectorises scalar code to the full width): counted so, the prior ranks the
+    Zen 5 samples at Kendall tau 0.43 / 0.60 against 0.38 / 0.55 in native lanes."""
+    from autosched.tuning.replay import read_records
+
+    path = Path(__file__).parent.parent / f"bench/replay/{sample}.jsonl.gz"
+    ok = [r for r in read_records(path) if r.ok]
+    limits = device_limits(ok[0].device, target)
+    space = make_space(workload_from_json(ok[0].workload), target=target, limits=limits)
+    scores = prior_score(featurize(space, [Config(r.config) for r in ok]))
+    assert kendall(scores, np.array([r.gflops for r in ok])) >= tau_at_least
