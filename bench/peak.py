@@ -56,7 +56,7 @@ static void *run(void *arg) {
 int main(int argc, char **argv) {
   int threads = atoi(argv[1]);
   steps = atol(argv[2]);
-  pthread_t t[1024];
+  pthread_t *t = calloc(threads > 0 ? threads : 1, sizeof *t);
   struct timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
   for (int i = 0; i < threads; i++) pthread_create(&t[i], 0, run, 0);
@@ -64,6 +64,7 @@ int main(int argc, char **argv) {
   clock_gettime(CLOCK_MONOTONIC, &b);
   double s = (b.tv_sec - a.tv_sec) + 1e-9 * (b.tv_nsec - a.tv_nsec);
   printf("%.9f\n", s);
+  free(t);
   return 0;
 }
 """
@@ -107,15 +108,21 @@ def vector_bytes(isa: tuple[str, ...] | list[str]) -> int:
     return 64 if "avx512f" in isa else 32 if "avx" in isa else 16
 
 
-@functools.lru_cache(maxsize=1)
-def peak_gflops(*, seconds: float = 0.3, runs: int = 5) -> float:
-    """This CPU's multiply-add peak on all usable cores (GFLOP/s), measured now."""
+def peaks(threads: list[int], *, seconds: float, runs: int) -> dict[int, float]:
+    """GFLOP/s of the loop on each count of ``threads``, compiled once for this CPU."""
     from autosched.measure.cpu import host_cpu
 
     vec = vector_bytes(host_cpu().isa)
     with tempfile.TemporaryDirectory() as tmp:
         exe = build(Path(tmp), vec)
-        return measure(exe, len(os.sched_getaffinity(0)), vec, seconds=seconds, runs=runs)
+        return {n: measure(exe, n, vec, seconds=seconds, runs=runs) for n in threads}
+
+
+@functools.lru_cache(maxsize=1)
+def peak_gflops(*, seconds: float = 0.3, runs: int = 5) -> float:
+    """This CPU's multiply-add peak on all usable cores (GFLOP/s), measured now."""
+    cores = len(os.sched_getaffinity(0))
+    return peaks([cores], seconds=seconds, runs=runs)[cores]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,12 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     cpu = host_cpu()
     vec_bytes = vector_bytes(cpu.isa)
     cores = len(os.sched_getaffinity(0))
-    with tempfile.TemporaryDirectory() as tmp:
-        exe = build(Path(tmp), vec_bytes)
-        rows = []
-        for threads in sorted({1, cores}):
-            gflops = measure(exe, threads, vec_bytes, seconds=args.seconds, runs=args.runs)
-            rows.append({"threads": threads, "gflops": round(gflops, 1)})
+    found = peaks(sorted({1, cores}), seconds=args.seconds, runs=args.runs)
+    rows = [{"threads": n, "gflops": round(g, 1)} for n, g in found.items()]
     report = {
         "benchmark": "peak",
         "date": time.strftime("%Y-%m-%d %H:%M"),
