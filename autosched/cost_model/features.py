@@ -149,10 +149,10 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     register tile, up to the native width it reports (1 on NVIDIA's driver: in the H100
     and H200 samples the best scalar config beat the best float2 one by 3 to 61 %), a
     register tile up to what the vector registers hold (three quarters of them, the
-    rest for operands; past that it spills; on a CPU a register holds as many lanes as
-    the config's own vectors fill, all of them for scalar code, which the compiler
-    vectorises: on the 14 CPU replay samples this raised the prior's Kendall tau by
-    0.04-0.06 on all but the softmaxes, unchanged), operand reuse (intensity), a little unrolling, and enough work-groups to
+    rest for operands; past that it spills; on a CPU, in vectors narrower than its
+    own, the file holds registers x the config's width, as the llvm space counts it:
+    the Zen 5 samples ran 8-wide tiles of 129-256 accumulators as fast as 65-128 and
+    257-512 at 0.6x; scalar code the compiler vectorises to the full width), operand reuse (intensity), a little unrolling, and enough work-groups to
     fill the compute units; on a GPU, enough work-items in all to give every compute unit
     a full work-group's worth in flight (a GPU hides memory latency by switching between
     resident work-items: a register tile that leaves too few of them starves it; on an
@@ -196,7 +196,8 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     lanes = c["dev_log_lanes"]
     explicit = c["dev_is_cpu"] * (c["log_vec"] > 0)  # a CPU config's own vectors
     held = np.where(explicit > 0, np.minimum(c["log_vec"], lanes), lanes)
-    capacity = held + c["dev_log_registers"] + np.log2(0.75)
+    regs = c["dev_log_registers"]
+    capacity = np.minimum(lanes + regs + np.log2(0.75), held + regs)
     gpu = 1.0 - c["dev_is_cpu"]
     best_vec = lanes + c["dev_is_cpu"]
     dedicated = 1.0 - c["dev_local_emulated"]
