@@ -363,13 +363,9 @@ class ContractionSpace(Space):
         return Config(values)
 
     def describe(self, config: Config) -> dict[str, float]:
-        """Derived quantities of a config: the cost model's hand-made features.
-
-        Names are the same for every workload of an operator, so a model trained on
-        one shape can rank configs of another. On llvm the names that mean the same
-        thing are kept (a parallel task counts as a work-group of one work-item) and
-        the CPU knobs add their own.
-        """
+        """The cost model's hand-made features of a config, named alike for every workload
+        of an operator (a model of one shape ranks another's); on llvm the shared names
+        mean the same (a task is a work-group of one work-item), CPU knobs add theirs."""
         if self.target == "llvm":
             return self._describe_cpu(config)
         itemsize = np.dtype(self.workload.dtype).itemsize
@@ -416,8 +412,10 @@ class ContractionSpace(Space):
             feats[f"s{i}_log_threads"] = math.log2(t)
             feats[f"s{i}_log_reg"] = math.log2(r)
             feats[f"s{i}_log_extent"] = math.log2(ax.extent)
-        for acc in self.nest.inputs:
-            feats[f"stage_{acc.buffer}"] = float(config[f"stage.{acc.buffer}"] == "local")
+        for acc in self.nest.inputs:  # inline: a fused producer computed in the reads
+            feats[f"stage_{acc.buffer}"] = local = float(config[f"stage.{acc.buffer}"] == "local")
+            if acc.buffer in self.nest.produced:
+                feats[f"inline_{acc.buffer}"] = float(config[f"fuse.{acc.buffer}"] > local)
         return feats
 
     def _describe_cpu(self, config: Config) -> dict[str, float]:
@@ -496,5 +494,7 @@ class ContractionSpace(Space):
             feats[f"s{i}_log_mid"] = math.log2(m)
         for acc in nest.inputs:
             feats[f"stage_{acc.buffer}"] = 0.0
-            feats[f"pack_{acc.buffer}"] = float(acc.buffer in packed)
+            feats[f"pack_{acc.buffer}"] = pack = float(acc.buffer in packed)
+            if acc.buffer in nest.produced:
+                feats[f"inline_{acc.buffer}"] = float(config[f"fuse.{acc.buffer}"] > pack)
         return feats
