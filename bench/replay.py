@@ -43,7 +43,13 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from bench.replay_metrics import methodology_score, per_seed, summarise, support  # noqa: E402
+from bench.replay_metrics import (  # noqa: E402
+    methodology_score,
+    per_seed,
+    seed_curves,
+    summarise,
+    support,
+)
 from bench.replay_strategies import KernelTunerReplay, autosched_run, optuna_run  # noqa: E402
 
 CACHE_DIR = HERE / "replay"
@@ -299,13 +305,14 @@ def main(argv: list[str] | None = None) -> int:
                 [cache.records[k].latency_s if cache.records[k].ok else None for k in keys]
                 for keys in seq
             ]
-            metrics, curve = summarise(gflops, best, args.budget)
+            curves = seed_curves(gflops, best, args.budget)
+            metrics, curve = summarise(curves, args.budget)
             latencies = [r.latency_s for r in ok]
             metrics["score"] = methodology_score(lat, latencies, args.budget)
             metrics["runs_short_of_budget"] = sum(len(k) < args.budget for k in seq)
             metrics["seconds_per_run"] = seconds[(i, s)] / len(seq)
             metrics["median_curve"] = [round(float(x), 4) for x in curve]
-            metrics["per_seed"] = per_seed(gflops, lat, latencies, best, args.budget)
+            metrics["per_seed"] = per_seed(curves, lat, latencies, args.budget)
             out[s] = metrics
         results.append(
             {

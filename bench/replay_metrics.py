@@ -127,16 +127,20 @@ def methodology_score(
     return float(np.mean(seed_scores(runs, cache_latencies, budget)))
 
 
+def seed_curves(runs: Sequence[Sequence[float]], best: float, budget: int) -> np.ndarray:
+    """Every run's best-so-far curve (a fraction of ``best``), one row per run."""
+    return np.array([best_so_far(r, best, budget) for r in runs])
+
+
 def per_seed(
-    gflops: Sequence[Sequence[float]],
+    curves: np.ndarray,
     latencies: Sequence[Sequence[float | None]],
     cache_latencies: Sequence[float],
-    best: float,
     budget: int,
 ) -> dict[str, list[float | None]]:
     """Each run's trials to 95 % (None: never), best after ``budget`` trials (a fraction
-    of ``best``) and share of the score: what :func:`support` resamples."""
-    curves = [best_so_far(g, best, budget) for g in gflops]
+    of the cache's best) and share of the score: what :func:`support` resamples.
+    ``curves`` from :func:`seed_curves`."""
     t95 = [trials_to(c, 0.95) for c in curves]
     return {
         "trials_to_95": [None if math.isinf(t) else t for t in t95],
@@ -187,11 +191,9 @@ def support(
     return {k: round(float(np.mean(v)), 3) for k, v in held.items()}
 
 
-def summarise(
-    runs: Sequence[Sequence[float]], best: float, budget: int
-) -> tuple[dict[str, float | None], np.ndarray]:
-    """trials_to_X and best_at_N (medians over the runs) and the median curve."""
-    curves = np.array([best_so_far(r, best, budget) for r in runs])
+def summarise(curves: np.ndarray, budget: int) -> tuple[dict[str, float | None], np.ndarray]:
+    """trials_to_X and best_at_N (medians over the runs' :func:`seed_curves`) and the
+    median curve."""
     out: dict[str, float | None] = {}
     for fraction in TARGETS:
         out[f"trials_to_{round(fraction * 100)}"] = median_or_none(

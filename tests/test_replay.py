@@ -33,6 +33,7 @@ from bench.replay_metrics import (  # noqa: E402
     best_so_far,
     methodology_score,
     per_seed,
+    seed_curves,
     seed_scores,
     summarise,
     support,
@@ -231,12 +232,12 @@ def test_the_metrics_on_a_hand_made_cache():
     assert trials_to(curve, 0.99) == 4
     assert trials_to(best_so_far([1.0], 10.0, 8), 0.5) == math.inf
     runs = [run, [10.0], [1.0, 1.0, 9.0]]
-    metrics, median = summarise(runs, 10.0, 16)
+    metrics, median = summarise(seed_curves(runs, 10.0, 16), 16)
     assert metrics["trials_to_90"] == 3  # 3, 1, 3
     assert metrics["trials_to_99"] == 4  # 4, 1, never
     assert metrics["best_at_16"] == 1.0  # 1.0, 1.0, 0.9
     assert median[0] == 0.2
-    assert summarise([[1.0], [1.0], [10.0]], 10.0, 4)[0]["trials_to_95"] is None
+    assert summarise(seed_curves([[1.0], [1.0], [10.0]], 10.0, 4), 4)[0]["trials_to_95"] is None
 
     # A cache of 100 configs taking 1/1 .. 1/100 s (the package's random baseline
     # needs more configs than trials: it divides by the gap to the optimum).
@@ -263,7 +264,7 @@ def test_the_seed_figures_and_how_firmly_a_target_holds():
     assert len(scores) == 3 and scores[1] > scores[0] > scores[2]
     assert methodology_score(runs, latencies, 4) == pytest.approx(float(np.mean(scores)))
     gflops = [[60.0, 80.0, 90.0, 90.0], [70.0, 99.0, 100.0, 100.0], [0.0] * 4]
-    seeds = per_seed(gflops, runs, latencies, 100.0, 4)
+    seeds = per_seed(seed_curves(gflops, 100.0, 4), runs, latencies, 4)
     assert seeds["trials_to_95"] == [None, 2, None]
     assert seeds["best_at_4"] == [0.9, 1.0, 0.0]
 
