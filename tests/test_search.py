@@ -296,10 +296,14 @@ def test_a_less_alike_device_s_top_picks_come_later(records, limits):
     blend = Blend(space, seed=0, members=3)
     blend.add_transfer("other-device", theirs, _space_for(limits))
     transfer = blend.transfer["other-device"].predict
-    # Leave out the configs both rank in their first ten: the two orders then differ.
+    # Leave out the configs both rank in their first ten, and the transfer's favourites
+    # the prior ranks in its first 40 (past both paces below): the two orders then differ.
     while True:
         X = featurize(space, configs)
-        both = set(np.argsort(-prior_score(X))[:10]) & set(np.argsort(-transfer(X))[:10])
+        prior_first = np.argsort(-prior_score(X), kind="stable")
+        both = set(prior_first[:10]) & set(np.argsort(-transfer(X))[:10])
+        favourite = int(np.argmax(transfer(X)))
+        both |= {favourite} & set(prior_first[:40].tolist())
         if not both:
             break
         configs = [c for i, c in enumerate(configs) if i not in both]
