@@ -81,6 +81,7 @@ from typing import Any
 import numpy as np
 
 from autosched.space.config import Config
+from autosched.space.contraction_features import describe_cpu, describe_gpu
 from autosched.space.loopnest import LoopNest, analyze
 from autosched.space.space import (
     MAX_PAD_WASTE,
@@ -184,14 +185,25 @@ class ContractionSpace(Space):
     # -- queries --------------------------------------------------------------------
     def scratch(self, config: Config) -> tuple[str, ...]:
         """Intermediates ``config`` keeps in global memory between kernels."""
-        out = self._unfused_producers(config)
+        out = self.unfused_producers(config)
         if self.nest.epilogue and not config.get("fuse", True):
             out.append(self.nest.output)
         return tuple(out)
 
-    def _unfused_producers(self, config: Config) -> list[str]:
+    def unfused_producers(self, config: Config) -> list[str]:
         """Produced inputs whose producer ``config`` runs as its own kernel."""
         return [name for name in self.nest.produced if not config[f"fuse.{name}"]]
+
+    def inlined_producers(self, config: Config) -> list[str]:
+        """Produced inputs whose producer ``config`` computes in the main loop's reads: fused,
+        but neither packed (llvm) nor staged in local memory (OpenCL), so every read of the
+        input evaluates it (a padding's bounds check per element)."""
+        kept = "pack" if self.target == "llvm" else "local"
+        return [
+            name
+            for name in self.nest.produced
+            if config[f"fuse.{name}"] and config.get(f"stage.{name}") != kept
+        ]
 
     def threads(self, config: Config) -> int:
         """Work-items per work-group (OpenCL); 1 on llvm, where a task is one thread."""
@@ -363,138 +375,8 @@ class ContractionSpace(Space):
         return Config(values)
 
     def describe(self, config: Config) -> dict[str, float]:
-        """The cost model's hand-made features of a config, named alike for every workload
-        of an operator (a model of one shape ranks another's); on llvm the shared names
-        mean the same (a task is a work-group of one work-item), CPU knobs add theirs."""
+        """The cost model's hand-made features of a config (see
+        :mod:`autosched.space.contraction_features`)."""
         if self.target == "llvm":
-            return self._describe_cpu(config)
-        itemsize = np.dtype(self.workload.dtype).itemsize
-        threads = self.threads(config)
-        reg = self.reg_elems(config)
-        groups = self.groups(config)
-        red = self.nest.reduction
-        chunk = math.prod(config[f"tile.{a.name}"][0] for a in red) if red else 1
-        unroll = math.prod(config[f"tile.{a.name}"][1] for a in red) if red else 1
-        red_total = math.prod(a.extent for a in red) if red else 1
-        # Per work-item, per reduction step: loads of each input for its register tile.
-        item_tile = {a.name: config[f"tile.{a.name}"][1] for a in self.nest.spatial}
-        item_loads = sum(acc.footprint(item_tile) for acc in self.nest.inputs)
-        staged = sum(config[f"stage.{acc.buffer}"] == "local" for acc in self.nest.inputs)
-        inner = self.nest.spatial[-1]
-        feats: dict[str, float] = {
-            "log_threads": math.log2(threads),
-            "log_groups": math.log2(groups),
-            "log_reg": math.log2(reg),
-            "log_vec": math.log2(config["vec"]),
-            "vec_regs": reg / config["vec"],
-            "log_chunk": math.log2(chunk),
-            "log_unroll": math.log2(unroll),
-            "log_red": math.log2(red_total),
-            "log_work_items": math.log2(threads * groups),
-            "item_loads_per_step": float(item_loads),
-            "intensity": reg / max(item_loads, 1),
-            "local_bytes": float(self.local_mem_bytes(config)),
-            "staged": float(staged),
-            "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
-            "producer_kernels": float(len(self._unfused_producers(config))),
-            "inner_reg": float(config[f"tile.{inner.name}"][1]),
-            "inner_threads": float(config[f"tile.{inner.name}"][0]),
-            "group_footprint_kb": sum(
-                acc.footprint(self.group_tile(config)) for acc in self.nest.inputs
-            )
-            * itemsize
-            / 1024,
-            "unrolled_body": float(reg / config["vec"] * unroll),
-            "log_pad_waste": math.log2(self.pad_waste(config)),
-        }
-        for i, ax in enumerate(self.nest.spatial):
-            t, r = config[f"tile.{ax.name}"]
-            feats[f"s{i}_log_threads"] = math.log2(t)
-            feats[f"s{i}_log_reg"] = math.log2(r)
-            feats[f"s{i}_log_extent"] = math.log2(ax.extent)
-        for acc in self.nest.inputs:  # inline: a fused producer computed in the reads
-            feats[f"stage_{acc.buffer}"] = local = float(config[f"stage.{acc.buffer}"] == "local")
-            if acc.buffer in self.nest.produced:
-                feats[f"inline_{acc.buffer}"] = float(config[f"fuse.{acc.buffer}"] > local)
-        return feats
-
-    def _describe_cpu(self, config: Config) -> dict[str, float]:
-        itemsize = np.dtype(self.workload.dtype).itemsize
-        nest = self.nest
-        reg = self.reg_elems(config)
-        tasks = self.groups(config)
-        vec = config["vec"]
-        red = nest.reduction
-        chunk = math.prod(config[f"tile.{a.name}"][0] for a in red) if red else 1
-        unroll = math.prod(config[f"tile.{a.name}"][1] for a in red) if red else 1
-        red_total = math.prod(a.extent for a in red) if red else 1
-        block_order = bool(red) and config["reduce_at"] == "block"
-        item_tile = {a.name: config[f"tile.{a.name}"][1] for a in nest.spatial}
-        inner = nest.spatial[-1]
-        # Load instructions per reduction step of one register tile: an operand that runs
-        # contiguously along the vectorised axis is read a vector at a time; any other
-        # is read an element at a time (a broadcast). Against the reg / vec vector FMAs
-        # of the step this is the micro-kernel's real operand reuse.
-        item_loads = 0.0
-        for acc in nest.inputs:
-            elems = acc.footprint(item_tile)
-            contiguous = bool(acc.dims) and acc.dims[-1] == ((inner.name, 1),)
-            item_loads += elems / vec if contiguous else elems
-        # What one register tile streams per pass: its operands over a reduction chunk
-        # (block order) or over the whole reduction (tile order).
-        pass_tile = dict(item_tile)
-        pass_tile.update(
-            {a.name: config[f"tile.{a.name}"][0] if block_order else a.extent for a in red}
-        )
-        cores = max(1, self.limits.cores)
-        packed = [
-            acc.buffer for acc in nest.inputs if red and config[f"stage.{acc.buffer}"] == "pack"
-        ]
-        feats: dict[str, float] = {
-            "log_threads": 0.0,
-            "log_groups": math.log2(tasks),
-            "log_reg": math.log2(reg),
-            "log_vec": math.log2(vec),
-            "vec_regs": reg / vec,
-            "log_chunk": math.log2(chunk),
-            "log_unroll": math.log2(unroll),
-            "log_red": math.log2(red_total),
-            "log_work_items": math.log2(tasks),
-            "item_loads_per_step": item_loads,
-            "intensity": reg / vec / max(item_loads, 1.0),
-            "local_bytes": 0.0,
-            "staged": 0.0,
-            "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
-            "producer_kernels": float(len(self._unfused_producers(config))),
-            "inner_reg": float(config[f"tile.{inner.name}"][1]),
-            "inner_threads": 1.0,
-            "group_footprint_kb": sum(acc.footprint(self.group_tile(config)) for acc in nest.inputs)
-            * itemsize
-            / 1024,
-            "unrolled_body": float(reg / vec * unroll),
-            "reduce_block": float(block_order),
-            "pass_footprint_kb": sum(acc.footprint(pass_tile) for acc in nest.inputs)
-            * itemsize
-            / 1024,
-            "packed": float(len(packed)),
-            "pack_kb": self.pack_bytes(config) / 1024,
-            "log_tasks_per_core": math.log2(tasks / cores),
-            "imbalance": math.ceil(tasks / cores) * cores / tasks,
-            "log_tiles_per_task": math.log2(
-                math.prod(config[f"tile.{a.name}"][0] for a in nest.spatial)
-            ),
-            "tile_inner_last": float(config["tile_inner"] == inner.name),
-            "log_pad_waste": math.log2(self.pad_waste(config)),
-        }
-        for i, ax in enumerate(nest.spatial):
-            m, r = config[f"tile.{ax.name}"]
-            feats[f"s{i}_log_threads"] = 0.0
-            feats[f"s{i}_log_reg"] = math.log2(r)
-            feats[f"s{i}_log_extent"] = math.log2(ax.extent)
-            feats[f"s{i}_log_mid"] = math.log2(m)
-        for acc in nest.inputs:
-            feats[f"stage_{acc.buffer}"] = 0.0
-            feats[f"pack_{acc.buffer}"] = pack = float(acc.buffer in packed)
-            if acc.buffer in nest.produced:
-                feats[f"inline_{acc.buffer}"] = float(config[f"fuse.{acc.buffer}"] > pack)
-        return feats
+            return describe_cpu(self, config)
+        return describe_gpu(self, config)
