@@ -161,6 +161,40 @@ def test_llvm_register_tile_cap_is_the_cpu_register_file(cpu, worker):
     assert outcome.status == "ok", outcome.error
 
 
+def test_an_axis_of_56_gets_14_lane_vectors_on_llvm_and_they_compute_the_reference(cpu, worker):
+    """Powers of two stop at 8 lanes on ResNet's 56-wide rows: half an AVX-512 register.
+    LLVM widens a 14-lane vector to one 16-lane register (two lanes idle), which is how
+    MetaSchedule's fastest schedules of that conv ran (322-371 GFLOP/s on a Zen 5 where
+    autosched's 8-lane best was 250; with 14 lanes autosched's own searches found 336-397).
+    OpenCL C has no such vector types."""
+    wl = workload("conv2d", n=1, c=8, h=14, w=56, k=16, r=3, s=3, stride=1, pad=1)
+    space = make_space(wl, target="llvm", limits=cpu.limits)
+    assert {7, 14} <= set(space.knob("vec").choices)
+    opencl = make_space(wl, limits=OPENCL_LIMITS)
+    assert not {7, 14} & set(opencl.knob("vec").choices)
+    square = make_space(workload("matmul", M=64, N=64, K=64), target="llvm", limits=cpu.limits)
+    assert set(square.knob("vec").choices) == {1, 2, 4, 8, 16}
+    # A 14-lane vector takes one AVX-512 register and two AVX2 ones.
+    avx512 = make_space(
+        wl,
+        target="llvm",
+        limits=dataclasses.replace(cpu.limits, vector_lanes=16, vector_registers=32),
+    )
+    assert avx512.max_reg_elems(14) == 32 * 14 and avx512.max_reg_elems(8) == 32 * 8
+    many = dataclasses.replace(cpu.limits, vector_lanes=8, vector_registers=64)
+    assert make_space(wl, target="llvm", limits=many).max_reg_elems(14) == 32 * 14
+    tiled = {"tile.k": (2, 4), "tile.p": (7, 2), "tile.q": (2, 28), "tile.c": (8, 2)}
+    for changes in (
+        {"vec": 14, "fuse.pad": True, "stage.pad": "pack"},
+        {"vec": 14, "fuse.pad": False, "reduce_at": "block", "stage.weight": "pack"},
+        {"vec": 7, "fuse.pad": True, "stage.pad": "global", "tile_inner": "k"},
+    ):
+        config = space.default().replace(**tiled, **changes)
+        assert space.check(config) is None, changes
+        outcome = worker.measure(build(space, config), make_data(wl), FAST)
+        assert outcome.status == "ok", (changes, outcome.error)
+
+
 CONFIGS = {
     "default": {},
     "register_tile_packed_B": {

@@ -56,7 +56,9 @@ same loop nest:
   walk the register tiles of a block, and each ``reg`` tile is held in registers.
 * ``tile.<axis>`` for each reduction axis: ``(chunk, unroll)``, as for OpenCL; the
   chunk is the cache block of the reduction when ``reduce_at="block"``.
-* ``vec``: vector width of the innermost spatial axis (LLVM vector instructions).
+* ``vec``: vector width of the innermost spatial axis (LLVM vector instructions); besides
+  powers of two, the divisors of the axis that LLVM widens to a register with at most a
+  quarter of its lanes idle (``space.widened_vector_widths``: 7 and 14 on an axis of 56).
 * ``reduce_at``: ``"tile"`` runs the whole reduction inside each register tile
   (accumulators stay in registers, written once); ``"block"`` puts the reduction's
   outer loop above the mid loops, so each chunk of the block's operands is reused by
@@ -92,6 +94,7 @@ from autosched.space.space import (
     fits,
     padded,
     tile_sizes,
+    widened_vector_widths,
 )
 from autosched.space.space import divisors as _divisors
 
@@ -155,8 +158,10 @@ class ContractionSpace(Space):
             knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
         inner = self.nest.spatial[-1].extent
         tail = self.nest.einsum  # a vector tail is padded (see the module docstring)
-        vecs = tuple(v for v in VECTOR_WIDTHS if inner % v == 0 or (tail and fits(inner, v)))
-        knobs.append(Knob("vec", vecs))
+        vecs = [v for v in VECTOR_WIDTHS if inner % v == 0 or (tail and fits(inner, v))]
+        if self.target == "llvm":
+            vecs += widened_vector_widths(inner)
+        knobs.append(Knob("vec", tuple(sorted(vecs))))
         return knobs
 
     def _fusion_knobs(self) -> list[Knob]:
@@ -314,7 +319,8 @@ class ContractionSpace(Space):
         """:data:`MAX_REG_ELEMS`, or on llvm the CPU's register file in ``vec``-lane
         vectors where it holds more (AVX-512: 32 x 16 at 16, a 7x64 tile of ResNet's
         7x7x512 conv 1.57x the best under 256 on a Zen 5; 32 x 8 at 8, where 448 spill)."""
-        file = self.limits.vector_registers * min(vec, max(1, self.limits.vector_lanes))
+        per_vector = -(-vec // max(1, self.limits.vector_lanes))  # 14 lanes: two AVX2 registers
+        file = self.limits.vector_registers // per_vector * vec
         return max(MAX_REG_ELEMS, file) if self.target == "llvm" else MAX_REG_ELEMS
 
     def _check_register_tile(self, config: Config) -> str | None:

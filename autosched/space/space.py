@@ -97,6 +97,24 @@ def fits(extent: int, tile: int) -> bool:
     return padded(extent, tile) <= MAX_PAD_WASTE * extent
 
 
+def widened_vector_widths(extent: int) -> list[int]:
+    """Vector widths besides :data:`VECTOR_WIDTHS` for TVM's llvm target: the divisors of
+    ``extent`` below the widest that are not powers of two and fill at least three
+    quarters of the power of two LLVM widens them to (a 14-lane vector is one 16-lane
+    register with two lanes idle).
+
+    An axis of 56 (ResNet's first stage) otherwise stops at 8 lanes: half an AVX-512
+    register, where LLVM's 14-lane vectors ran MetaSchedule's fastest ResNet conv on a
+    Zen 5. OpenCL C has no such vector types.
+    """
+    widest = max(VECTOR_WIDTHS)
+    return [
+        v
+        for v in range(3, widest)
+        if extent % v == 0 and v & (v - 1) and 4 * v >= 3 * (1 << v.bit_length())
+    ]
+
+
 def tile_sizes(extent: int, cap: int) -> list[int]:
     """Tile sizes of an axis of ``extent``, up to ``cap``: its divisors, and the powers of
     two whose guarded tail pads it by at most :data:`MAX_PAD_WASTE`.
