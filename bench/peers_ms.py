@@ -174,6 +174,7 @@ def tune_llvm(wl, *, trials: int, batch: int, seed: int, top: int) -> dict[str, 
     return {
         "history": trial_log.entries,
         "programs": info["programs"],
+        "best_trace": info["best_trace"],
         "wall_s": info["wall_s"],
         "trials": info["trials"],
         "wall_clock": "per batch (MetaSchedule reports a batch's results together)",

@@ -234,6 +234,8 @@ def run_metaschedule(wl, *, target: str, seed: int, args, device) -> Run:
     run.info = {"errors": errors, "wall_clock": result["wall_clock"]}
     if "target" in result:
         run.info["tvm_target"] = result["target"]
+    if result.get("best_trace"):  # the schedule of its best, to read what it found
+        run.info["best_trace"] = result["best_trace"]
     if target == "opencl" and run.finalists:
         run.info["best_source"] = run.finalists[0].program.source
     return run

@@ -103,8 +103,9 @@ def metaschedule(
         )
         wall = time.perf_counter() - start
         records = db.get_all_tuning_records()
-        programs = []
+        programs, traces = [], []
         for rec in db.get_top_k(db.commit_workload(mod), top):
+            traces.append(str(rec.trace))
             sch = tvm.s_tir.Schedule(rec.workload.mod)
             rec.trace.apply_to_schedule(sch, remove_postproc=False)
             executable = tvm.compile(sch.mod, target=target)
@@ -119,6 +120,7 @@ def metaschedule(
     return {
         "program": programs[0][0],
         "programs": programs,
+        "best_trace": traces[0] if traces else None,
         "wall_s": wall,
         "trials": len(records),
         "best_gflops": best,
