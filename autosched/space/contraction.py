@@ -297,7 +297,10 @@ class ContractionSpace(Space):
             return self._check_register_tile(config)
         threads = self.threads(config)
         if threads > min(self.limits.max_work_group_size, self.limits.max_work_item_size):
-            return f"work-group of {threads} work-items exceeds the device limit {self.limits.max_work_group_size}"
+            return (
+                f"work-group of {threads} work-items exceeds the device limit "
+                f"{self.limits.max_work_group_size}"
+            )
         reason = self._check_register_tile(config)
         if reason:
             return reason

@@ -40,23 +40,25 @@ def _producer_blocks(sch, nest) -> dict[str, object]:
 
 
 def _place_producers(
-    sch, produced: dict[str, object], config: Config, staged: str
+    sch, produced: dict[str, object], space: Space, config: Config
 ) -> tuple[dict[str, object], list]:
     """Place each produced input's producer per its ``fuse.<input>`` knob.
 
     Returns (the producers fused into staging, input buffer -> block: the caller
-    computes them at the staging point; the unfused ones: kernels or loops of their
-    own, whose output is a scratch argument). Fused producers that are not staged are
-    inlined into the main block's reads.
+    computes them at the staging point, a packed buffer on llvm or local memory on
+    OpenCL; the unfused ones: kernels or loops of their own, whose output is a scratch
+    argument). The space's ``inlined_producers`` are inlined into the main block's reads.
     """
+    unfused = set(space.unfused_producers(config))
+    inlined = set(space.inlined_producers(config))
     into_staging, separate = {}, []
     for buffer, block in produced.items():
-        if not config[f"fuse.{buffer}"]:
+        if buffer in unfused:
             separate.append(block)
-        elif config.get(f"stage.{buffer}") == staged:
-            into_staging[buffer] = block
-        else:
+        elif buffer in inlined:
             sch.compute_inline(block)
+        else:
+            into_staging[buffer] = block
     return into_staging, separate
 
 
@@ -81,7 +83,7 @@ def _finish_main(sch, block, nest, vec: int, vec_loop, red_outer, red_inner, reg
 
 def _apply(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), config, "local")
+    into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), space, config)
     separate = _separate_blocks(sch, nest, config, unfused)
     block = sch.get_sblock(nest.main)
     pads, unpad = _pad_vector_tail(sch, space, config, block)
@@ -236,7 +238,7 @@ def _schedule_elementwise(sch, block, vec: int) -> None:
 
 def _apply_cpu(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), config, "pack")
+    into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), space, config)
     separate = _separate_blocks(sch, nest, config, unfused)
     block = sch.get_sblock(nest.main)
     pads, unpad = _pad_vector_tail(sch, space, config, block)
