@@ -1,9 +1,14 @@
-"""Benchmark: matmuls with prime and odd extents, tuned on both targets, against numpy.
+"""Benchmark: matmuls with prime and odd extents and convolutions with odd outputs, tuned
+on both targets, against numpy.
 
-    python -m bench.awkward [--shapes 127x1000x333,...] [--targets opencl,llvm] [--trials 48]
+    python -m bench.awkward [--shapes 127x1000x333,conv:512x7x7,...] [--targets opencl,llvm]
+                            [--trials 48]
 
 Issue 13, part 3: tiles that need not divide their axes (guarded tails) give prime and
-odd extents the wide register tiles and vectors of their power-of-two neighbours. Each
+odd extents the wide register tiles and vectors of their power-of-two neighbours, and
+on llvm an odd row (7 wide, ResNet's last stage in NCHW) gets vectors of 7 lanes. A
+shape is a matmul ``MxNxK`` or a 3x3 convolution ``conv:CxHxW`` (C channels in and
+out, stride 1, zero padding 1, NCHW: its rows are the vectorised axis). Each
 shape is tuned from a cold database with the default strategy (the cost model) for
 ``--trials`` trials on each target; numpy (OpenBLAS) is timed by the project's vendor
 harness (:func:`autosched.report.vendor.time_vendor`) in the same run, before and after
@@ -29,22 +34,34 @@ from autosched.measure.device import select_device
 from autosched.report.vendor import time_vendor
 
 # M x N x K: M prime, K = 9 x 37; all three prime or odd; N prime (no vector divides it
-# but 1); M and K just past a power of two.
-SHAPES = ("127x1000x333", "251x509x127", "257x512x129")
+# but 1); M and K just past a power of two. ResNet's last 3x3 conv, in NCHW: rows of 7.
+SHAPES = ("127x1000x333", "251x509x127", "257x512x129", "conv:512x7x7")
 GOAL = 0.8
 OUT = Path(__file__).parent / "results" / "awkward.json"
 
 
-def parse_shape(text: str) -> dict[str, int]:
+def parse_shape(text: str) -> tuple[str, dict[str, int | str]]:
+    """(operator, parameters) of ``MxNxK`` (a matmul) or ``conv:CxHxW`` (a 3x3 conv)."""
+    conv = text.lower().startswith("conv:")
     try:
-        m, n, k = (int(v) for v in text.lower().split("x"))
+        dims = [int(v) for v in text.lower().removeprefix("conv:").split("x")]
+        if len(dims) != 3 or min(dims) < 1:
+            raise ValueError
     except ValueError:
-        raise SystemExit(f"error: shape {text!r} is not MxNxK (e.g. 127x1000x333)") from None
-    return dict(M=m, N=n, K=k)
+        raise SystemExit(
+            f"error: shape {text!r} is neither MxNxK (e.g. 127x1000x333) nor conv:CxHxW "
+            "(e.g. conv:512x7x7)"
+        ) from None
+    if conv:
+        c, h, w = dims
+        return "conv2d", dict(n=1, c=c, h=h, w=w, k=c, r=3, s=3, stride=1, pad=1, layout="NCHW")
+    m, n, k = dims
+    return "matmul", dict(M=m, N=n, K=k)
 
 
 def run_one(shape: str, target: str, *, trials: int, batch: int, seed: int) -> dict:
-    wl = autosched.workload("matmul", **parse_shape(shape))
+    op, params = parse_shape(shape)
+    wl = autosched.workload(op, **params)
     lib_before = time_vendor(wl)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -85,7 +102,7 @@ def _fmt(x: float | None, spec: str = ".1f") -> str:
 
 def table(rows: list[dict]) -> str:
     lines = [
-        "| shape MxNxK | target | tuned GFLOP/s | default | numpy GFLOP/s (before/after) "
+        "| shape | target | tuned GFLOP/s | default | numpy GFLOP/s (before/after) "
         "| tuned / numpy | >= 0.8 | best config |",
         "|" + "---|" * 8,
     ]
@@ -103,7 +120,7 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated MxNxK")
+    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated MxNxK or conv:CxHxW")
     p.add_argument("--targets", default="opencl,llvm")
     p.add_argument("--trials", type=int, default=48)
     p.add_argument("--batch", type=int, default=16)
