@@ -103,9 +103,9 @@ def metaschedule(
         )
         wall = time.perf_counter() - start
         records = db.get_all_tuning_records()
-        programs, traces = [], []
-        for rec in db.get_top_k(db.commit_workload(mod), top):
-            traces.append(str(rec.trace))
+        programs = []
+        best_records = db.get_top_k(db.commit_workload(mod), top)
+        for rec in best_records:
             sch = tvm.s_tir.Schedule(rec.workload.mod)
             rec.trace.apply_to_schedule(sch, remove_postproc=False)
             executable = tvm.compile(sch.mod, target=target)
@@ -120,7 +120,7 @@ def metaschedule(
     return {
         "program": programs[0][0],
         "programs": programs,
-        "best_trace": traces[0] if traces else None,
+        "best_trace": str(best_records[0].trace) if best_records else None,
         "wall_s": wall,
         "trials": len(records),
         "best_gflops": best,

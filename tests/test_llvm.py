@@ -174,7 +174,8 @@ def test_an_axis_of_56_gets_14_lane_vectors_on_llvm_and_they_compute_the_referen
     assert not {7, 14} & set(opencl.knob("vec").choices)
     square = make_space(workload("matmul", M=64, N=64, K=64), target="llvm", limits=cpu.limits)
     assert set(square.knob("vec").choices) == {1, 2, 4, 8, 16}
-    # A 14-lane vector takes one AVX-512 register and two AVX2 ones.
+    # A 14-lane vector takes one AVX-512 register, and two of an 8-lane file (a file of
+    # 64 such registers here, so that the cap is above the 256 every device holds).
     avx512 = make_space(
         wl,
         target="llvm",

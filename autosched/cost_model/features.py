@@ -154,8 +154,9 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     the Zen 5 samples ran 8-wide tiles of 129-256 accumulators as fast as 65-128 and
     257-512 at 0.6x; scalar code the compiler vectorises to the full width; a width
     that is not a power of two, 14 say, counts its lanes), operand reuse (intensity), a
-    little unrolling, and enough work-groups to fill the compute units; on a GPU, enough work-items in all to give every compute unit
-    a full work-group's worth in flight (a GPU hides memory latency by switching between
+    little unrolling, and enough work-groups to fill the compute units; on a GPU,
+    enough work-items in all to give every compute unit a full work-group's worth in
+    flight (a GPU hides memory latency by switching between
     resident work-items: a register tile that leaves too few of them starves it; on an
     H200's 512^3 matmul sample this term raised the prior's Kendall tau from 0.21 to
     0.41; CPU devices are unaffected). Staging an operand through local memory is
