@@ -145,3 +145,34 @@ def test_a_kernel_s_own_group_limit_is_said_before_its_launch():
     problem = over_group_limit([1024, 384], [(256,), (512,)])
     assert problem.startswith("kernel 1 runs 512 work-items per group")
     assert "at most 384" in problem
+
+
+def test_an_optional_knob_leaves_the_configs_recorded_before_it_as_they_were():
+    """On AVX-512, an NCHW conv whose rows of 7 fill 7 of 16 lanes gains ``vec_axis``
+    (lanes along the output channels). The same conv on an 8-lane CPU has no such knob:
+    its configs, as recorded, are valid in the wider space with the same keys, the knob's
+    first choice is written by leaving it out, and every config the search makes is in
+    that one form."""
+    conv = workload("conv2d", n=1, c=32, h=7, w=7, k=64, r=3, s=3, stride=1, pad=1)
+    cpu = dict(is_cpu=True, cores=2, vector_registers=32)
+    narrow = make_space(conv, target="llvm", limits=DeviceLimits(**cpu, vector_lanes=8))
+    wide = make_space(conv, target="llvm", limits=DeviceLimits(**cpu, vector_lanes=16))
+    assert "vec_axis" not in {k.name for k in narrow.knobs}
+    assert wide.knob("vec_axis").choices == ("q", "k") and wide.knob("vec_axis").optional
+    rng = np.random.default_rng(0)
+    recorded = narrow.sample(rng, 40)
+    assert all(wide.check(c) is None for c in recorded)
+    assert all(wide.value(c, "vec_axis") == "q" for c in recorded)
+    explicit = recorded[0].replace(vec_axis="q")
+    assert "leaving vec_axis out" in wide.check(explicit)
+    assert wide.make(explicit) == recorded[0] and wide.make(explicit).key == recorded[0].key
+    made = wide.sample(rng, 200)
+    made += [m for c in made[:100] if (m := wide.mutate(c, rng)) is not None]
+    made += [x for a, b in zip(made[:50], made[50:100]) if (x := wide.crossover(a, b, rng))]
+    assert all(wide.check(c) is None and c.get("vec_axis") != "q" for c in made)
+    lanes_k = [c for c in made if "vec_axis" in c]
+    assert lanes_k and all(c["stage.weight"] == "pack" for c in lanes_k)
+    # Lanes along k need the weights packed with k innermost, and whole tiles.
+    along_k = wide.make({**lanes_k[0], "stage.weight": "global"})
+    assert "stage.weight=pack" in wide.check(along_k)
+    assert "do not match" in wide.check(Config({**recorded[0], "vec_axs": "k"}))

@@ -405,7 +405,7 @@ def adapt_config(source: Mapping[str, Any], space: Space) -> Config | None:
     default = space.default()
     ranked: list[list[tuple[float, Any]]] = []
     for knob in space.knobs:
-        want = base[knob.name] if knob.name in base else default[knob.name]
+        want = space.value(base if knob.name in base else default, knob.name)
         want_logs = _logs(want)
         ranked.append(
             sorted((_distance(want, want_logs, c), i, c) for i, c in enumerate(knob.choices))
@@ -422,7 +422,7 @@ def adapt_config(source: Mapping[str, Any], space: Space) -> Config | None:
         if not heap:
             break
         _, index = heapq.heappop(heap)
-        config = Config({n: ranked[k][i][2] for k, (n, i) in enumerate(zip(names, index))})
+        config = space.make({n: ranked[k][i][2] for k, (n, i) in enumerate(zip(names, index))})
         if space.check(config) is None:
             return config
         for k in range(len(index)):

@@ -45,11 +45,12 @@ class TPESearch:
         self.seen: set[str] = set()
 
     def _config(self, params: dict[str, int]) -> Config:
-        return Config({k.name: k.choices[params[k.name]] for k in self.space.knobs})
+        return self.space.make({k.name: k.choices[params[k.name]] for k in self.space.knobs})
 
     def _params(self, config: Config) -> dict[str, int] | None:
         try:
-            return {k.name: k.choices.index(config[k.name]) for k in self.space.knobs}
+            space = self.space
+            return {k.name: k.choices.index(space.value(config, k.name)) for k in space.knobs}
         except (KeyError, ValueError):
             return None
 

@@ -59,6 +59,14 @@ same loop nest:
 * ``vec``: vector width of the innermost spatial axis (LLVM vector instructions); besides
   powers of two, the divisors of the axis that LLVM widens to a register with at most a
   quarter of its lanes idle (``space.widened_vector_widths``: 7 and 14 on an axis of 56).
+* ``vec_axis`` (optional: present where the innermost axis leaves more than a quarter of
+  the CPU's lanes idle, as an NCHW conv's rows of 7 on AVX-512): the spatial axis whose
+  register tile is vectorised, the innermost (its first choice, written by leaving the
+  knob out, so configs recorded before it keep their keys) or another axis that holds
+  whole native vectors (the output channels). Lanes off the innermost axis take packed
+  inputs, laid out with that axis innermost, and register tiles that divide their axes;
+  the accumulators are laid out with it innermost too (else every lane is inserted and
+  extracted apart: 11 GFLOP/s where 205 ran in a prototype).
 * ``reduce_at``: ``"tile"`` runs the whole reduction inside each register tile
   (accumulators stay in registers, written once); ``"block"`` puts the reduction's
   outer loop above the mid loops, so each chunk of the block's operands is reused by
@@ -156,13 +164,17 @@ class ContractionSpace(Space):
                 (c, u) for c in tile_sizes(ax.extent, max_chunk) for u in UNROLLS if c % u == 0
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
+        knobs.append(Knob("vec", tuple(self._inner_widths())))
+        return knobs
+
+    def _inner_widths(self) -> list[int]:
+        """Vector widths of the innermost spatial axis."""
         inner = self.nest.spatial[-1].extent
         tail = self.nest.einsum  # a vector tail is padded (see the module docstring)
         vecs = [v for v in VECTOR_WIDTHS if inner % v == 0 or (tail and fits(inner, v))]
         if self.target == "llvm":
             vecs += widened_vector_widths(inner)
-        knobs.append(Knob("vec", tuple(sorted(vecs))))
-        return knobs
+        return sorted(vecs)
 
     def _fusion_knobs(self) -> list[Knob]:
         knobs = [Knob("fuse", (True, False))] if self.nest.epilogue else []
@@ -179,6 +191,19 @@ class ContractionSpace(Space):
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(sorted(pairs))))
         knobs += self._reduction_and_vec_knobs(MAX_CHUNK_CPU)
+        axes = self.vector_axes()
+        if len(axes) > 1:  # the widths of every axis that may carry the lanes
+            widths = set(self._inner_widths())
+            widths.update(
+                v
+                for a in self.nest.spatial[:-1]
+                if a.name in axes
+                for v in VECTOR_WIDTHS
+                if a.extent % v == 0
+            )
+            vec = next(k for k in knobs if k.name == "vec")
+            knobs[knobs.index(vec)] = Knob("vec", tuple(sorted(widths)))
+            knobs.append(Knob("vec_axis", axes, optional=True))
         if self.nest.reduction:
             knobs.append(Knob("reduce_at", REDUCE_AT))
         knobs.append(Knob("tile_inner", tuple(a.name for a in self.nest.spatial)))
@@ -186,6 +211,29 @@ class ContractionSpace(Space):
             for acc in self.nest.inputs:
                 knobs.append(Knob(f"stage.{acc.buffer}", STAGES_CPU))
         return knobs + self._fusion_knobs()
+
+    def vector_axes(self) -> tuple[str, ...]:
+        """The spatial axes that may carry the vector lanes: the innermost; on llvm, where
+        its widest vector leaves more than a quarter of the CPU's lanes idle, also every
+        other spatial axis that holds whole native vectors (the output channels of an NCHW
+        conv whose rows of 7 fill 7 of 16 lanes). Such configs pack the inputs that axis
+        indexes with it innermost, and lay the accumulators out likewise."""
+        inner = self.nest.spatial[-1]
+        lanes = self.limits.vector_lanes
+        if self.target != "llvm" or not self.nest.reduction or lanes < 2:
+            return (inner.name,)
+        if 4 * max(self._inner_widths()) >= 3 * lanes:  # idle lanes as widened_vector_widths
+            return (inner.name,)
+        others = [a.name for a in self.nest.spatial[:-1] if a.extent % lanes == 0]
+        return (inner.name, *others)
+
+    def vec_axis(self, config: Config) -> str:
+        """The spatial axis whose register tile ``config`` vectorises."""
+        return (
+            self.value(config, "vec_axis")
+            if "vec_axis" in self._by_name
+            else self.nest.spatial[-1].name
+        )
 
     # -- queries --------------------------------------------------------------------
     def scratch(self, config: Config) -> tuple[str, ...]:
@@ -334,9 +382,25 @@ class ContractionSpace(Space):
         body = self.unrolled_body(config)
         if body > MAX_UNROLLED_BODY:
             return f"unrolled body of {body} vector statements exceeds {MAX_UNROLLED_BODY}"
-        inner = self.nest.spatial[-1]
-        if config[f"tile.{inner.name}"][1] % config["vec"]:
-            return f"vec={config['vec']} does not divide the register tile of axis {inner.name}"
+        axis = self.vec_axis(config)
+        if axis != self.nest.spatial[-1].name:  # whole vectors of that axis, no tail
+            extent = next(a.extent for a in self.nest.spatial if a.name == axis)
+            if extent % config["vec"]:
+                return f"vec={config['vec']} does not divide axis {axis} of {extent}"
+        elif config["vec"] not in self._inner_widths():
+            return f"vec={config['vec']} is not a vector width of axis {axis}"
+        if config[f"tile.{axis}"][1] % config["vec"]:
+            return f"vec={config['vec']} does not divide the register tile of axis {axis}"
+        if axis != self.nest.spatial[-1].name:
+            if self.pad_waste(config) > 1 or any(
+                a.extent % config[f"tile.{a.name}"][1] for a in self.nest.spatial
+            ):
+                return f"vec_axis={axis} takes register tiles that divide their axes"
+            for acc in self.nest.inputs:
+                if any(name == axis for terms in acc.dims for name, _ in terms) and (
+                    config.get(f"stage.{acc.buffer}") != "pack" or ((axis, 1),) not in acc.dims
+                ):
+                    return f"vec_axis={axis} needs stage.{acc.buffer}=pack (its lanes innermost)"
         return None
 
     def default(self) -> Config:

@@ -86,6 +86,7 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
     block_order = bool(red) and config["reduce_at"] == "block"
     item_tile = {a.name: config[f"tile.{a.name}"][1] for a in nest.spatial}
     inner = nest.spatial[-1]
+    lanes = space.vec_axis(config)  # the innermost axis unless the lanes run along another
     # Load instructions per reduction step of one register tile: an operand that runs
     # contiguously along the vectorised axis is read a vector at a time; any other
     # is read an element at a time (a broadcast). Against the reg / vec vector FMAs
@@ -93,7 +94,11 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
     item_loads = 0.0
     for acc in nest.inputs:
         elems = acc.footprint(item_tile)
-        contiguous = bool(acc.dims) and acc.dims[-1] == ((inner.name, 1),)
+        contiguous = bool(acc.dims) and (
+            acc.dims[-1] == ((lanes, 1),)  # or packed with the lanes moved innermost:
+            or (lanes != inner.name and config.get(f"stage.{acc.buffer}") == "pack")
+            and ((lanes, 1),) in acc.dims
+        )
         item_loads += elems / vec if contiguous else elems
     # What one register tile streams per pass: its operands over a reduction chunk
     # (block order) or over the whole reduction (tile order).
@@ -119,7 +124,7 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "staged": 0.0,
         "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
         "producer_kernels": float(len(space.unfused_producers(config))),
-        "inner_reg": float(config[f"tile.{inner.name}"][1]),
+        "inner_reg": float(config[f"tile.{lanes}"][1]),
         "inner_threads": 1.0,
         "group_footprint_kb": sum(acc.footprint(space.group_tile(config)) for acc in nest.inputs)
         * itemsize
@@ -134,7 +139,7 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "log_tiles_per_task": math.log2(
             math.prod(config[f"tile.{a.name}"][0] for a in nest.spatial)
         ),
-        "tile_inner_last": float(config["tile_inner"] == inner.name),
+        "tile_inner_last": float(config["tile_inner"] == lanes),
         "log_pad_waste": math.log2(space.pad_waste(config)),
     }
     for i, ax in enumerate(nest.spatial):

@@ -241,7 +241,9 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), space, config)
     separate = _separate_blocks(sch, nest, config, unfused)
     block = sch.get_sblock(nest.main)
-    pads, unpad = _pad_vector_tail(sch, space, config, block)
+    inner = space.vec_axis(config)
+    lanes_last = inner != nest.spatial[-1].name  # lanes off another axis: its data moved last
+    pads, unpad = ({}, None) if lanes_last else _pad_vector_tail(sch, space, config, block)
     for buffer, pad in pads.items():
         if config[f"stage.{buffer}"] == "pack":
             into_staging[buffer] = pad
@@ -249,7 +251,6 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
             separate.insert(0, pad)
     by_axis = dict(zip((a.name for a in nest.axes), sch.get_loops(block)))
     vec = int(config["vec"])
-    inner = nest.spatial[-1].name
 
     outer, mids, regs = [], {}, []
     vec_loop = None
@@ -287,6 +288,8 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
                 read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
                 cache = sch.cache_read(block, read_index, "global")
             sch.compute_at(cache, anchor)
+            if lanes_last and ((inner, 1),) in acc.dims:
+                _move_last(sch, cache, acc.dims.index(((inner, 1),)), len(acc.dims))
             _vectorize_innermost(sch, cache, vec)
 
     # Accumulators: per register tile (in registers after LLVM's promotion) in tile
@@ -300,6 +303,9 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
         sch.reverse_compute_at(acc_block, mid_loops[-1])
         if unpad is not None:
             separate.append(unpad)
+    if lanes_last:  # the lanes of each accumulator vector adjacent, as in registers
+        axis = [a.name for a in nest.axes].index(inner)
+        _move_last(sch, block, _written_dim(sch, block, axis), len(sch.get(block).writes[0].region))
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:
             sch.reverse_compute_inline(sch.get_sblock(name))
@@ -313,6 +319,23 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
 
     sch.parallel(par)
     _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
+
+
+def _move_last(sch, block, dim: int, ndim: int) -> None:
+    """Lay out the buffer ``block`` writes with its dimension ``dim`` innermost."""
+    from tvm.tirx import IndexMap
+
+    order = [d for d in range(ndim) if d != dim] + [dim]
+    index_map = IndexMap.from_func(lambda *idx: [idx[d] for d in order], ndim=ndim)
+    sch.transform_layout(block, ("write", 0), index_map)
+
+
+def _written_dim(sch, block, axis: int) -> int:
+    """The dimension of the buffer ``block`` writes that its ``axis``-th iterator (the
+    loop nest's axes are its iterators, in order) indexes."""
+    stmt = sch.get(block)
+    var = stmt.iter_vars[axis].var
+    return next(d for d, r in enumerate(stmt.writes[0].region) if r.min.same_as(var))
 
 
 def _vectorize_innermost(sch, block, vec: int) -> list:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import copy
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,8 +74,17 @@ class DeviceLimits:
 
 @dataclass(frozen=True)
 class Knob:
+    """A decision of the schedule and the values it may take.
+
+    An ``optional`` knob is one a space may gain after configs of it were recorded: a
+    config that leaves it out means its first choice, and a config at its first choice
+    leaves it out (:meth:`Space.make`), so the configs and record keys from before it
+    stay valid and unchanged.
+    """
+
     name: str
     choices: tuple[Any, ...]
+    optional: bool = False
 
 
 # A tile need not divide its axis: the last tile is cut short by a guard (TVM's split
@@ -210,18 +220,44 @@ class Space:
     def knob(self, name: str) -> Knob:
         return self._by_name[name]
 
+    def value(self, config: Config, name: str) -> Any:
+        """``config``'s value of knob ``name``: an optional knob it leaves out is at its
+        first choice."""
+        knob = self._by_name[name]
+        if name in config or not knob.optional:
+            return config[name]
+        return knob.choices[0]
+
+    def make(self, values: Mapping[str, Any]) -> Config:
+        """The config of ``values`` in its one written form: optional knobs at their first
+        choice left out."""
+        by_name = self._by_name
+        return Config(
+            {
+                name: value
+                for name, value in values.items()
+                if not (name in by_name and by_name[name].optional)
+                or value != by_name[name].choices[0]
+            }
+        )
+
     @property
     def size(self) -> int:
         """Upper bound on the number of configs (before joint constraints)."""
         return math.prod(len(k.choices) for k in self.knobs)
 
     def _check_knobs(self, config: Config) -> str | None:
-        """The part of ``check`` every family shares: the right knobs, known choices."""
-        if set(config) != set(self._by_name):
+        """The part of ``check`` every family shares: the right knobs, known choices, and
+        optional knobs at their first choice left out (one written form per schedule)."""
+        required = {k.name for k in self.knobs if not k.optional}
+        if not required <= set(config) or not set(config) <= set(self._by_name):
             return f"knobs {sorted(config)} do not match the space's {sorted(self._by_name)}"
         for name, value in config.items():
-            if value not in self._by_name[name].choices:
+            knob = self._by_name[name]
+            if value not in knob.choices:
                 return f"{name}={value!r} is not one of the space's choices"
+            if knob.optional and value == knob.choices[0]:
+                return f"{name}={value!r} is its default, written by leaving {name} out"
         return None
 
     def is_valid(self, config: Config) -> bool:
@@ -247,7 +283,7 @@ class Space:
         tries = 0
         while len(out) < n and tries < max_tries * n:
             tries += 1
-            c = Config({k.name: k.choices[rng.integers(len(k.choices))] for k in self.knobs})
+            c = self.make({k.name: k.choices[rng.integers(len(k.choices))] for k in self.knobs})
             if self.is_valid(c):
                 out.setdefault(c.key, c)
         return list(out.values())
@@ -261,9 +297,9 @@ class Space:
             if len(knob.choices) < 2:
                 continue
             value = knob.choices[rng.integers(len(knob.choices))]
-            if value == config[knob.name]:
+            if value == self.value(config, knob.name):
                 continue
-            c = config.replace(**{knob.name: value})
+            c = self.make({**config, knob.name: value})
             if self.is_valid(c):
                 return c
         return None
@@ -273,7 +309,9 @@ class Space:
     ) -> Config | None:
         """A valid config taking each knob from ``a`` or ``b`` at random, or None."""
         for _ in range(max_tries):
-            c = Config({k.name: (a if rng.random() < 0.5 else b)[k.name] for k in self.knobs})
+            c = self.make(
+                {k.name: self.value(a if rng.random() < 0.5 else b, k.name) for k in self.knobs}
+            )
             if self.is_valid(c):
                 return c
         return None
