@@ -304,8 +304,7 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
         if unpad is not None:
             separate.append(unpad)
     if lanes_last:  # the lanes of each accumulator vector adjacent, as in registers
-        axis = [a.name for a in nest.axes].index(inner)
-        _move_last(sch, block, _written_dim(sch, block, axis), len(sch.get(block).writes[0].region))
+        _accumulators_lanes_last(sch, block, nest, inner)
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:
             sch.reverse_compute_inline(sch.get_sblock(name))
@@ -330,12 +329,14 @@ def _move_last(sch, block, dim: int, ndim: int) -> None:
     sch.transform_layout(block, ("write", 0), index_map)
 
 
-def _written_dim(sch, block, axis: int) -> int:
-    """The dimension of the buffer ``block`` writes that its ``axis``-th iterator (the
-    loop nest's axes are its iterators, in order) indexes."""
+def _accumulators_lanes_last(sch, block, nest, axis: str) -> None:
+    """Lay out the accumulators ``block`` writes with the dimension ``axis`` indexes
+    innermost (the loop nest's axes are the block's iterators, in order)."""
     stmt = sch.get(block)
-    var = stmt.iter_vars[axis].var
-    return next(d for d, r in enumerate(stmt.writes[0].region) if r.min.same_as(var))
+    var = stmt.iter_vars[[a.name for a in nest.axes].index(axis)].var
+    region = stmt.writes[0].region
+    dim = next(d for d, r in enumerate(region) if r.min.same_as(var))
+    _move_last(sch, block, dim, len(region))
 
 
 def _vectorize_innermost(sch, block, vec: int) -> list:
