@@ -7,6 +7,8 @@ import pytest
 
 from autosched.errors import InvalidInputError
 from autosched.ops import workload
+from autosched.search import make_strategy
+from autosched.search.evolutionary import diverse
 from autosched.space.config import Config
 from autosched.space.loopnest import analyze
 from autosched.space.select import make_space
@@ -174,6 +176,12 @@ def test_an_optional_knob_leaves_the_configs_recorded_before_it_as_they_were():
     assert all(wide.check(c) is None and c.get("vec_axis") != "q" for c in made)
     lanes_k = [c for c in made if "vec_axis" in c]
     assert lanes_k and all(c["stage.weight"] == "pack" for c in lanes_k)
+    # Each strategy proposes in that form, batches mixing configs with and without it.
+    for name in ("model", "tpe", "random"):
+        search = make_strategy(name, wide, rng=np.random.default_rng(3))
+        batches = [search.propose(16) or [] for _ in range(3)]
+        assert all(wide.check(c) is None for b in batches for c in b), name
+    assert len(diverse([*recorded[:1], *lanes_k], 4)) == 4
     # Lanes along k need the weights packed with k innermost, and whole tiles.
     along_k = wide.make({**lanes_k[0], "stage.weight": "global"})
     assert "stage.weight=pack" in wide.check(along_k)

@@ -292,7 +292,7 @@ def diverse(ranked: Sequence[Config], n: int, *, min_distance: int = 2) -> list[
     for c in ranked:
         if len(picked) >= n:
             break
-        if all(sum(c[k] != p[k] for k in c) >= min_distance for p in picked):
+        if all(_distance(c, p) >= min_distance for p in picked):
             picked.append(c)
         else:
             skipped.append(c)
@@ -313,3 +313,9 @@ def _other_space(space: Space, limits: DeviceLimits) -> Callable[[dict], Space]:
         return cache[wl.key]
 
     return space_for
+
+
+def _distance(a: Config, b: Config) -> int:
+    """Knobs in which ``a`` and ``b`` differ (an optional knob one leaves out is at its
+    first choice, which the other, written in the same form, leaves out too)."""
+    return sum(a.get(k) != b.get(k) for k in {*a, *b})

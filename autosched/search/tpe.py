@@ -17,7 +17,11 @@ log = logging.getLogger(__name__)
 
 class TPESearch:
     """Each knob is one categorical parameter (choices indexed, since optuna needs
-    primitive values); invalid configs are told to optuna as worth 0 GFLOP/s."""
+    primitive values); an invalid config is told to optuna as a failed trial, which its
+    sampler leaves out of its densities. Told as worth 0 GFLOP/s, the invalid points
+    were trials too, and a multivariate TPE ask costs time in the trials: 11 s for 11
+    valid configs of 800 asked on an NCHW conv's llvm space where 8.5 % of the knob
+    combinations are valid, 0.1 s for 16 now."""
 
     name = "tpe"
 
@@ -68,7 +72,7 @@ class TPESearch:
                 # Optuna peer's replay does), told to optuna under the asked params.
                 config = self._nearest(config, self.rng, exclude=self.seen) or config
             if not self.space.is_valid(config):
-                self.study.tell(trial, 0.0)
+                self.study.tell(trial, state=self._optuna.trial.TrialState.FAIL)
                 continue
             if config.key in self.seen:
                 # Already measured: tell optuna what it was worth, ask again.
