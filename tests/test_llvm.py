@@ -223,6 +223,16 @@ def test_rows_of_7_take_their_lanes_from_the_output_channels_and_compute_the_ref
         assert outcome.status == "ok", (changes, outcome.error)
     assert "stage.weight=pack" in space.check(packed.replace(**{"stage.weight": "global"}))
     assert "divide" in space.check(packed.replace(**{"tile.p": (4, 1)}))
+    assert "vec > 1" in space.check(packed.replace(vec=1))
+    # Any contraction: a matmul of 7 columns takes its lanes along the rows, A packed
+    # row-innermost, with its epilogue fused into the write-back or not.
+    mm = workload("matmul", M=64, N=7, K=32, epilogue="bias_relu")
+    space = make_space(mm, target="llvm", limits=avx512)
+    lanes_i = [c for c in space.sample(np.random.default_rng(0), 400) if "vec_axis" in c]
+    assert {c["fuse"] for c in lanes_i[:6]} == {True, False}
+    for config in lanes_i[:6]:
+        outcome = worker.measure(build(space, config), make_data(mm), FAST)
+        assert outcome.status == "ok", (config, outcome.error)
 
 
 CONFIGS = {

@@ -385,6 +385,8 @@ class ContractionSpace(Space):
         axis = self.vec_axis(config)
         if axis != self.nest.spatial[-1].name:  # whole vectors of that axis, no tail
             extent = next(a.extent for a in self.nest.spatial if a.name == axis)
+            if config["vec"] == 1:
+                return f"vec_axis={axis} takes vectors (vec > 1)"
             if extent % config["vec"]:
                 return f"vec={config['vec']} does not divide axis {axis} of {extent}"
         elif config["vec"] not in self._inner_widths():
