@@ -176,6 +176,12 @@ def test_an_optional_knob_leaves_the_configs_recorded_before_it_as_they_were():
     assert all(wide.check(c) is None and c.get("vec_axis") != "q" for c in made)
     lanes_k = [c for c in made if "vec_axis" in c]
     assert lanes_k and all(c["stage.weight"] == "pack" for c in lanes_k)
+    # A mutation crosses from a recorded config to lanes along k: the weights' packing
+    # and the width move with the axis (each alone leaves the config invalid).
+    rng = np.random.default_rng(4)
+    crossed = [m for c in recorded for _ in range(20) if (m := wide.mutate(c, rng))]
+    crossed = [m for m in crossed if "vec_axis" in m]
+    assert crossed and all(m["stage.weight"] == "pack" and m["vec"] > 1 for m in crossed)
     # Each strategy proposes in that form, batches mixing configs with and without it.
     for name in ("model", "tpe", "random"):
         search = make_strategy(name, wide, rng=np.random.default_rng(3))

@@ -227,6 +227,28 @@ class ContractionSpace(Space):
         others = [a.name for a in self.nest.spatial[:-1] if a.extent % lanes == 0]
         return (inner.name, *others)
 
+    def changed(self, config: Config, name: str, value: Any) -> Config:
+        """As :meth:`Space.changed`; moving the lanes to another axis also packs the
+        inputs that axis indexes and takes the widest vector of it (at most the CPU's)
+        that divides its register tile: one knob alone seldom crosses, as every one of
+        them is required."""
+        values = {**config, name: value}
+        if name == "vec_axis":
+            inner = self.nest.spatial[-1].name
+            reg = config[f"tile.{value}"][1]
+            if value == inner:
+                widths = [v for v in self._inner_widths() if reg % v == 0]
+            else:
+                extent = next(a.extent for a in self.nest.spatial if a.name == value)
+                widths = [v for v in VECTOR_WIDTHS if v > 1 and extent % v == 0 == reg % v]
+                for acc in self.nest.inputs:
+                    if ((value, 1),) in acc.dims:
+                        values[f"stage.{acc.buffer}"] = "pack"
+            fitting = [v for v in widths if v <= self.limits.vector_lanes] or widths
+            if fitting:
+                values["vec"] = max(fitting)
+        return self.make(values)
+
     def vec_axis(self, config: Config) -> str:
         """The spatial axis whose register tile ``config`` vectorises."""
         return (

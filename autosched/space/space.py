@@ -291,7 +291,8 @@ class Space:
     def mutate(
         self, config: Config, rng: np.random.Generator, *, max_tries: int = 50
     ) -> Config | None:
-        """A valid config that differs from ``config`` in one knob, or None."""
+        """A valid config that differs from ``config`` in one knob (and in the knobs that
+        change requires, where the family says: :meth:`changed`), or None."""
         for _ in range(max_tries):
             knob = self.knobs[rng.integers(len(self.knobs))]
             if len(knob.choices) < 2:
@@ -299,10 +300,15 @@ class Space:
             value = knob.choices[rng.integers(len(knob.choices))]
             if value == self.value(config, knob.name):
                 continue
-            c = self.make({**config, knob.name: value})
+            c = self.changed(config, knob.name, value)
             if self.is_valid(c):
                 return c
         return None
+
+    def changed(self, config: Config, name: str, value: Any) -> Config:
+        """``config`` with knob ``name`` set to ``value``; a family whose knobs are coupled
+        also moves the ones that value requires, so a mutation can cross to it."""
+        return self.make({**config, name: value})
 
     def crossover(
         self, a: Config, b: Config, rng: np.random.Generator, *, max_tries: int = 20
