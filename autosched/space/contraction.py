@@ -134,6 +134,10 @@ class ContractionSpace(Space):
     def _analyze(self) -> LoopNest:
         return analyze(self.workload)
 
+    def _set_knobs(self) -> None:
+        self._inner_vecs = self._inner_widths()  # read by the knobs and by every check
+        super()._set_knobs()
+
     def apply(self, sch, config: Config) -> None:
         from autosched.space.contraction_schedule import apply_contraction
 
@@ -164,7 +168,7 @@ class ContractionSpace(Space):
                 (c, u) for c in tile_sizes(ax.extent, max_chunk) for u in UNROLLS if c % u == 0
             ]
             knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
-        widths = set(self._inner_widths())
+        widths = set(self._inner_vecs)
         axes = self.vector_axes()
         for a in self.nest.spatial[:-1]:  # the widths of every axis that may carry the lanes
             if a.name in axes:
@@ -222,7 +226,7 @@ class ContractionSpace(Space):
         lanes = self.limits.vector_lanes
         if self.target != "llvm" or not self.nest.reduction or lanes < 2:
             return (inner.name,)
-        if 4 * max(self._inner_widths()) >= 3 * lanes:  # idle lanes as widened_vector_widths
+        if 4 * max(self._inner_vecs) >= 3 * lanes:  # idle lanes as widened_vector_widths
             return (inner.name,)
         others = [a.name for a in self.nest.spatial[:-1] if a.extent % lanes == 0]
         return (inner.name, *others)
@@ -237,7 +241,7 @@ class ContractionSpace(Space):
             inner = self.nest.spatial[-1].name
             reg = config[f"tile.{value}"][1]
             if value == inner:
-                widths = [v for v in self._inner_widths() if reg % v == 0]
+                widths = [v for v in self._inner_vecs if reg % v == 0]
             else:
                 extent = next(a.extent for a in self.nest.spatial if a.name == value)
                 widths = [v for v in VECTOR_WIDTHS if v > 1 and extent % v == 0 == reg % v]
@@ -411,7 +415,7 @@ class ContractionSpace(Space):
                 return f"vec_axis={axis} takes vectors (vec > 1)"
             if extent % config["vec"]:
                 return f"vec={config['vec']} does not divide axis {axis} of {extent}"
-        elif config["vec"] not in self._inner_widths():
+        elif config["vec"] not in self._inner_vecs:
             return f"vec={config['vec']} is not a vector width of axis {axis}"
         if config[f"tile.{axis}"][1] % config["vec"]:
             return f"vec={config['vec']} does not divide the register tile of axis {axis}"

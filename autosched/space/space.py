@@ -174,6 +174,10 @@ class Space:
     def _set_knobs(self) -> None:
         self.knobs: tuple[Knob, ...] = tuple(self._make_knobs())
         self._by_name = {k.name: k for k in self.knobs}
+        # What every check and every made config reads: the knobs a config must write,
+        # and the first choice of each optional one (meant where a config leaves it out).
+        self._required = frozenset(k.name for k in self.knobs if not k.optional)
+        self._defaults = {k.name: k.choices[0] for k in self.knobs if k.optional}
 
     # -- what a family provides -------------------------------------------------------
     def _analyze(self) -> Any:
@@ -223,23 +227,15 @@ class Space:
     def value(self, config: Config, name: str) -> Any:
         """``config``'s value of knob ``name``: an optional knob it leaves out is at its
         first choice."""
-        knob = self._by_name[name]
-        if name in config or not knob.optional:
+        if name in config or name not in self._defaults:
             return config[name]
-        return knob.choices[0]
+        return self._defaults[name]
 
     def make(self, values: Mapping[str, Any]) -> Config:
         """The config of ``values`` in its one written form: optional knobs at their first
         choice left out."""
-        by_name = self._by_name
-        return Config(
-            {
-                name: value
-                for name, value in values.items()
-                if not (name in by_name and by_name[name].optional)
-                or value != by_name[name].choices[0]
-            }
-        )
+        defaults = self._defaults
+        return Config({n: v for n, v in values.items() if n not in defaults or v != defaults[n]})
 
     @property
     def size(self) -> int:
@@ -249,14 +245,13 @@ class Space:
     def _check_knobs(self, config: Config) -> str | None:
         """The part of ``check`` every family shares: the right knobs, known choices, and
         optional knobs at their first choice left out (one written form per schedule)."""
-        required = {k.name for k in self.knobs if not k.optional}
-        if not required <= set(config) or not set(config) <= set(self._by_name):
+        names = set(config)
+        if not self._required <= names or not names <= self._by_name.keys():
             return f"knobs {sorted(config)} do not match the space's {sorted(self._by_name)}"
         for name, value in config.items():
-            knob = self._by_name[name]
-            if value not in knob.choices:
+            if value not in self._by_name[name].choices:
                 return f"{name}={value!r} is not one of the space's choices"
-            if knob.optional and value == knob.choices[0]:
+            if name in self._defaults and value == self._defaults[name]:
                 return f"{name}={value!r} is its default, written by leaving {name} out"
         return None
 
