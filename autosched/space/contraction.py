@@ -24,6 +24,9 @@ Knobs for ``target="opencl"`` (all derived from the loop nest, see
   staging when it is staged in local memory, so the padded tile is built in local
   memory straight from the unpadded data); ``False`` runs it as its own kernel that
   writes the padded tensor to global memory.
+* Where an NCHW conv's output rows are shorter than one native vector, the nest tiled is
+  its im2col product (:mod:`autosched.space.im2col`): rows and columns are one axis
+  (``tile.pq``), and the image's im2col copy a produced input (``fuse.pad_reindex``).
 
 Tiles need not divide their axes. Each knob offers, besides the divisors of the axis,
 the powers of two that pad it by at most :data:`~autosched.space.space.MAX_PAD_WASTE`
@@ -92,6 +95,7 @@ import numpy as np
 
 from autosched.space.config import Config
 from autosched.space.contraction_features import describe_cpu, describe_gpu
+from autosched.space.im2col import rewritten_nest, tail_placement, window_rows
 from autosched.space.loopnest import LoopNest, analyze
 from autosched.space.space import (
     MAX_PAD_WASTE,
@@ -131,8 +135,18 @@ class ContractionSpace(Space):
     nest: LoopNest
     family = "contraction"
 
+    # The rows an OpenCL im2col product fuses (autosched.space.im2col), and its source.
+    rows: tuple[str, str] | None = None
+    source_nest: LoopNest | None = None
+
     def _analyze(self) -> LoopNest:
-        return analyze(self.workload)
+        nest = analyze(self.workload)
+        if self.target == "opencl":
+            self.rows = window_rows(nest, self.limits.vector_lanes)
+        if self.rows is None:
+            return nest
+        self.source_nest = nest
+        return rewritten_nest(self.workload, nest, self.rows)
 
     def _set_knobs(self) -> None:
         self._inner_vecs = self._inner_widths()  # read by the knobs and by every check
@@ -181,7 +195,8 @@ class ContractionSpace(Space):
     def _inner_widths(self) -> list[int]:
         """Vector widths of the innermost spatial axis."""
         inner = self.nest.spatial[-1].extent
-        tail = self.nest.einsum  # a vector tail is padded (see the module docstring)
+        # A vector tail is padded (see the module docstring), an im2col matrix's too.
+        tail = self.nest.einsum or self.rows is not None
         vecs = [v for v in VECTOR_WIDTHS if inner % v == 0 or (tail and fits(inner, v))]
         if self.target == "llvm":
             vecs += widened_vector_widths(inner)
@@ -375,7 +390,7 @@ class ContractionSpace(Space):
                 f"work-group of {threads} work-items exceeds the device limit "
                 f"{self.limits.max_work_group_size}"
             )
-        reason = self._check_register_tile(config)
+        reason = self._check_register_tile(config) or self.rows and tail_placement(self, config)
         if reason:
             return reason
         registers = self.limits.registers_per_group

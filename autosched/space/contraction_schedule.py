@@ -11,12 +11,15 @@ import math
 from typing import TYPE_CHECKING
 
 from autosched.space.config import Config
+from autosched.space.im2col import rewrite
 
 if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace as Space
 
 
 def apply_contraction(sch, space: Space, config: Config) -> None:
+    if space.rows is not None:
+        rewrite(sch, space.source_nest, space.rows)
     if space.target == "llvm":
         _apply_cpu(sch, space, config)
     else:
@@ -83,10 +86,18 @@ def _finish_main(sch, block, nest, vec: int, vec_loop, red_outer, red_inner, reg
 
 def _apply(sch, space: Space, config: Config) -> None:
     nest = space.nest
-    into_staging, unfused = _place_producers(sch, _producer_blocks(sch, nest), space, config)
-    separate = _separate_blocks(sch, nest, config, unfused)
+    produced = _producer_blocks(sch, nest)
     block = sch.get_sblock(nest.main)
-    pads, unpad = _pad_vector_tail(sch, space, config, block)
+    if space.rows is not None:  # an im2col matrix: its padded copy, if any, computes it
+        pads, unpad = _pad_vector_tail(sch, space, config, block)
+        if pads:
+            for producer in produced.values():
+                sch.compute_inline(producer)
+            produced = {}
+    into_staging, unfused = _place_producers(sch, produced, space, config)
+    separate = _separate_blocks(sch, nest, config, unfused)
+    if space.rows is None:
+        pads, unpad = _pad_vector_tail(sch, space, config, block)
     for buffer, pad in pads.items():
         if config[f"stage.{buffer}"] == "local":
             into_staging[buffer] = pad
@@ -178,8 +189,9 @@ def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str
     vec = int(config["vec"])
     if vec == 1 or inner.extent % vec == 0:
         return {}, None
-    names = [str(iv.var.name).removeprefix("v_") for iv in sch.get(block).iter_vars]
-    sch.pad_einsum(block, [vec if name == inner.name else 1 for name in names])
+    # The block's axes are the nest's, in its order (spatial first).
+    axes = [a.name for a in space.nest.axes]
+    sch.pad_einsum(block, [vec if name == inner.name else 1 for name in axes])
     pads = {sch.get(p).reads[0].source.name: p for p in sch.get_producers(block)}
     (unpad,) = sch.get_consumers(block)
     return pads, unpad

@@ -19,7 +19,6 @@ mutation and crossover work on any family through the knobs and ``check``.
 
 from __future__ import annotations
 
-import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -205,14 +204,6 @@ class Space:
     def apply(self, sch, config: Config) -> None:
         """Apply ``config`` to the ``tvm.s_tir.Schedule`` of a function with ``nest``'s blocks."""
         raise NotImplementedError
-
-    def on_nest(self, nest: Any) -> Space:
-        """This space for another function of the same structure under its own names
-        (a Relax PrimFunc): a copy whose knobs are made from ``nest``."""
-        other = copy.copy(self)
-        other.nest = nest
-        other._set_knobs()
-        return other
 
     # -- queries --------------------------------------------------------------------
     def is_twin(self, other: Space) -> bool:
