@@ -148,11 +148,13 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     are the lanes of its vectors and whose instruction-level parallelism comes from the
     register tile, up to the native width it reports (1 on NVIDIA's driver: in the H100
     and H200 samples the best scalar config beat the best float2 one by 3 to 61 %), a
-    register tile up to what the vector registers hold (three quarters of them, the
-    rest for operands; past that it spills; on a CPU, in vectors narrower than its
-    own, the file holds registers x the config's width, as the llvm space counts it:
-    the Zen 5 samples ran 8-wide tiles of 129-256 accumulators as fast as 65-128 and
-    257-512 at 0.6x; scalar code the compiler vectorises to the full width; a width
+    register tile up to what the vector registers hold (three quarters of them at any
+    width, the rest for operands; past that it spills; on a CPU, in vectors narrower
+    than its own, the file holds registers x the config's width, as the llvm space
+    counts it: on PoCL (Zen 5) the im2col 7x7x512 conv ran 8-wide 32x8 tiles at 92-103
+    GFLOP/s and 16x8 ones at 164-169, interleaved, though the replay samples of the
+    Zen 5 ran 129-256 as fast as 65-128; scalar code the compiler vectorises to the
+    full width; a width
     that is not a power of two, 14 say, counts its lanes), operand reuse (intensity), a
     little unrolling, and enough work-groups to fill the compute units; on a GPU,
     enough work-items in all to give every compute unit a full work-group's worth in
@@ -199,7 +201,7 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     explicit = c["dev_is_cpu"] * (c["log_vec"] > 0)  # a CPU config's own vectors
     held = np.where(explicit > 0, np.minimum(c["log_vec"], lanes), lanes)
     regs = c["dev_log_registers"]
-    capacity = np.minimum(lanes + regs + np.log2(0.75), held + regs)
+    capacity = np.minimum(lanes, held) + regs + np.log2(0.75)
     gpu = 1.0 - c["dev_is_cpu"]
     best_vec = lanes + c["dev_is_cpu"]
     dedicated = 1.0 - c["dev_local_emulated"]
