@@ -122,7 +122,7 @@ def test_prime_extents_get_wide_register_tiles_and_vectors(devices, target):
     )
     assert "pad the work by 47%" in small.check(over)
     # A conv with 7x7 outputs: register tiles of 8 along its rows and columns (or along
-    # the 49 of both, where OpenCL fuses rows shorter than a vector: autosched.space.im2col).
+    # the 49 of both, where OpenCL fuses narrow rows: autosched.space.im2col.window_rows).
     conv = _space(devices, target, "conv2d", n=1, c=32, h=7, w=7, k=64, r=3, s=3, pad=1)
     for axis in ("pq",) if conv.rows else ("p", "q"):
         assert {r for _, r in conv.knob(f"tile.{axis}").choices} >= {2, 4, 8}

@@ -72,7 +72,7 @@ def test_padding_fused_staged_or_its_own_kernel_is_correct(params, target):
     wl = autosched.workload("conv2d", **params)
     device = _device(target)
     space = make_space(wl, target=target, limits=device.limits)
-    # The padding, or where OpenCL fuses rows shorter than a vector (autosched.space.im2col)
+    # The padding, or where OpenCL fuses narrow rows (autosched.space.im2col.window_rows)
     # the im2col matrix that computes the padding inside it.
     (produced,) = space.nest.produced
     assert produced == ("pad_reindex" if space.rows else "pad")

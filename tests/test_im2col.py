@@ -1,4 +1,4 @@
-"""NCHW convolutions with rows shorter than one vector, tiled on OpenCL as im2col products.
+"""NCHW convolutions with narrow rows, tiled on OpenCL as im2col products.
 
 The rewrite (:mod:`autosched.space.im2col`) fuses the output rows and columns into one
 axis, copies the image into an im2col matrix laid out with that axis innermost, and
@@ -44,8 +44,14 @@ def _space(device, op, *, lanes=16, target="opencl", **params):
 def test_only_an_image_read_through_a_window_has_its_rows_fused():
     conv = analyze(autosched.workload("conv2d", **CONV7))
     assert window_rows(conv, 16) == ("p", "q")
-    assert window_rows(conv, 8) == ("p", "q")
-    assert window_rows(conv, 4) is None  # rows of 7 fill vectors of 4
+    assert window_rows(conv, 4) == ("p", "q")  # 1 lane of 4: a quarter
+    assert window_rows(conv, 2) is None  # half of a 2-lane vector
+    # Rows of 28 take 4 lanes: fused on a 16-lane device, not on an 8-lane one; rows of
+    # 56 take 8 and keep their own nest at 16 lanes (it ran faster there).
+    conv28 = analyze(autosched.workload("conv2d", **dict(CONV7, h=28, w=28)))
+    assert window_rows(conv28, 16) == ("p", "q") and window_rows(conv28, 8) is None
+    conv56 = analyze(autosched.workload("conv2d", **dict(CONV7, h=56, w=56)))
+    assert window_rows(conv56, 16) is None and window_rows(conv56, 32) == ("p", "q")
     nhwc = analyze(autosched.workload("conv2d", **CONV7, layout="NHWC"))
     assert window_rows(nhwc, 16) is None  # its innermost axis is the channels
     depthwise = analyze(autosched.workload("depthwise_conv2d", n=1, c=8, h=7, w=7, r=3, s=3))
@@ -63,9 +69,9 @@ def test_the_rewritten_space_tiles_the_fused_rows_and_pads_their_vector_tail(dev
     assert not names & {"tile.p", "tile.q", "fuse.pad"}
     assert space.nest.spatial[-1].extent == 49
     assert {8} <= set(space.knob("vec").choices)  # 49 outputs padded to 56 lanes
-    # The same conv keeps its own nest on llvm and where a row fills a vector.
+    # The same conv keeps its own nest on llvm and where its rows fill half a vector.
     assert {"tile.p", "tile.q"} <= {
-        k.name for k in _space(device, "conv2d", lanes=4, **CONV7).knobs
+        k.name for k in _space(device, "conv2d", lanes=2, **CONV7).knobs
     }
     llvm = _space(device, "conv2d", target="llvm", **CONV7)
     assert llvm.rows is None and "tile.q" in {k.name for k in llvm.knobs}

@@ -24,7 +24,7 @@ Knobs for ``target="opencl"`` (all derived from the loop nest, see
   staging when it is staged in local memory, so the padded tile is built in local
   memory straight from the unpadded data); ``False`` runs it as its own kernel that
   writes the padded tensor to global memory.
-* Where an NCHW conv's output rows are shorter than one native vector, the nest tiled is
+* Where an NCHW conv's rows take vectors of a quarter of the device's or less, the nest is
   its im2col product (:mod:`autosched.space.im2col`): rows and columns are one axis
   (``tile.pq``), and the image's im2col copy a produced input (``fuse.pad_reindex``).
 

@@ -88,16 +88,13 @@ def _apply(sch, space: Space, config: Config) -> None:
     nest = space.nest
     produced = _producer_blocks(sch, nest)
     block = sch.get_sblock(nest.main)
-    if space.rows is not None:  # an im2col matrix: its padded copy, if any, computes it
-        pads, unpad = _pad_vector_tail(sch, space, config, block)
-        if pads:
-            for producer in produced.values():
-                sch.compute_inline(producer)
-            produced = {}
+    pads, unpad = _pad_vector_tail(sch, space, config, block)
+    if pads:  # an im2col matrix (the one padded nest with a producer): its copy computes it
+        for producer in produced.values():
+            sch.compute_inline(producer)
+        produced = {}
     into_staging, unfused = _place_producers(sch, produced, space, config)
     separate = _separate_blocks(sch, nest, config, unfused)
-    if space.rows is None:
-        pads, unpad = _pad_vector_tail(sch, space, config, block)
     for buffer, pad in pads.items():
         if config[f"stage.{buffer}"] == "local":
             into_staging[buffer] = pad

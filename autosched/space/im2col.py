@@ -1,8 +1,8 @@
 """Rows read through a window, fused into one axis: a convolution as a matrix product.
 
-An NCHW convolution whose output rows are shorter than one native vector (ResNet's
-last stage: rows of 7 on a 16-lane CPU) leaves most lanes idle on any schedule of its
-own nest: a vector along the row holds 7 lanes, and TVM pads no tail on a windowed read.
+An NCHW convolution whose output rows take vectors of at most a quarter of the device's
+(ResNet's last stage: rows of 7 on a 16-lane CPU) leaves most lanes idle on any schedule
+of its own nest: TVM pads no vector tail on a windowed read, so 7 takes 1 lane, 28 four.
 The rewrite here is im2col, done with schedule primitives so that the workload, its
 records and its arguments stay what they are:
 
@@ -22,6 +22,7 @@ with the ``fuse.<buffer>`` and ``stage.<buffer>`` knobs any produced input has.
 Measured on PoCL (Zen 5, 16 lanes) before it was built: a 512x49x4608 matmul, which is
 the same product, tuned 48 trials to 177 GFLOP/s where the best schedule of the conv's
 own nest reached 45; the conv through this rewrite reached 172-181 (numpy 171-183).
+Which rows qualify: :func:`window_rows`.
 The rule reads only the device's lanes, so it never applies on a GPU whose driver
 reports scalar work-items, and OpenCL records of such a conv from before it (``tile.p``,
 ``tile.q``) no longer fit its space: the compile lookup passes them over.
@@ -36,18 +37,28 @@ from typing import TYPE_CHECKING
 from autosched.ops.base import Workload
 from autosched.space.config import Config
 from autosched.space.loopnest import Access, Axis, LoopNest, analyze_prim_func
+from autosched.space.space import VECTOR_WIDTHS
 
 if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace
 
 
 def window_rows(nest: LoopNest, lanes: int) -> tuple[str, str] | None:
-    """The two innermost spatial axes, where fusing them is worth it: the innermost is
-    shorter than one native vector of ``lanes``, both are written by the output, and
-    every input that reads either reads both through a window (an axis plus a reduction
-    axis, as a convolution's image: never a matmul's operand, which reads one of them)."""
+    """The two innermost spatial axes, where fusing them is worth it: the widest vector
+    that divides the innermost fills at most a quarter of a native vector of ``lanes``,
+    and every input that reads either axis reads both through a window (an axis plus a
+    reduction axis, as a convolution's image: never a matmul's operand, which reads one).
+
+    Where the line lies was measured on PoCL (Zen 5, 16 lanes; 48-trial tunes of 3x3
+    convs against their own nests, one run each): rows of 7 (1 lane of 16) 45 -> 180
+    GFLOP/s, rows of 14 (2 lanes) 49 -> 295, rows of 28 (4 lanes) 136 -> 212, but rows
+    of 56 (8 lanes) 244 -> 147: there the image's im2col copy (9x the image, 7 MB at 64
+    channels) and the lost reuse across the window cost more than the idle lanes."""
     spatial = nest.spatial
-    if len(spatial) < 2 or spatial[-1].extent >= lanes:
+    if len(spatial) < 2:
+        return None
+    widest = max(v for v in VECTOR_WIDTHS if spatial[-1].extent % v == 0)
+    if 4 * widest > lanes:
         return None
     rows = (spatial[-2].name, spatial[-1].name)
     reduced = {a.name for a in nest.reduction}
