@@ -16,7 +16,7 @@ records and its arguments stay what they are:
 
 The main block is then an einsum over plain axes (``c, r, s`` reduced), which the
 contraction family tiles like a matmul, vector tails included: 49 outputs take vectors
-of 16. The im2col matrix is a produced input (its producer reads the zero padding),
+of 8, padded to 56. The im2col matrix is a produced input (its producer reads the zero padding),
 with the ``fuse.<buffer>`` and ``stage.<buffer>`` knobs any produced input has.
 
 Measured on PoCL (Zen 5, 16 lanes) before it was built: a 512x49x4608 matmul, which is
