@@ -135,18 +135,14 @@ class ContractionSpace(Space):
     nest: LoopNest
     family = "contraction"
 
-    # The rows an OpenCL im2col product fuses (autosched.space.im2col), and its source.
+    # The rows an OpenCL im2col product fuses (autosched.space.im2col); None elsewhere.
     rows: tuple[str, str] | None = None
-    source_nest: LoopNest | None = None
 
     def _analyze(self) -> LoopNest:
         nest = analyze(self.workload)
         if self.target == "opencl":
             self.rows = window_rows(nest, self.limits.vector_lanes)
-        if self.rows is None:
-            return nest
-        self.source_nest = nest
-        return rewritten_nest(self.workload, nest, self.rows)
+        return nest if self.rows is None else rewritten_nest(self.workload, nest, self.rows)
 
     def _set_knobs(self) -> None:
         self._inner_vecs = self._inner_widths()  # read by the knobs and by every check
@@ -267,6 +263,10 @@ class ContractionSpace(Space):
             if fitting:
                 values["vec"] = max(fitting)
         return self.make(values)
+
+    def vector_tail(self, config: Config) -> bool:
+        """Whether ``vec`` leaves the innermost axis a tail, padded to whole vectors."""
+        return int(config["vec"]) > 1 and self.nest.spatial[-1].extent % int(config["vec"]) != 0
 
     def vec_axis(self, config: Config) -> str:
         """The spatial axis whose register tile ``config`` vectorises."""

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from autosched.space.config import Config
 from autosched.space.im2col import rewrite
+from autosched.space.loopnest import analyze
 
 if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace as Space
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
 
 def apply_contraction(sch, space: Space, config: Config) -> None:
     if space.rows is not None:
-        rewrite(sch, space.source_nest, space.rows)
+        rewrite(sch, analyze(space.workload), space.rows)  # the nest the space rewrote
     if space.target == "llvm":
         _apply_cpu(sch, space, config)
     else:
@@ -182,10 +183,10 @@ def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str
     and a consumer copies the real outputs out of it. Returns (input buffer -> its
     padding producer, the consumer), or ({}, None) where nothing is padded.
     """
+    if not space.vector_tail(config):
+        return {}, None
     inner = space.nest.spatial[-1]
     vec = int(config["vec"])
-    if vec == 1 or inner.extent % vec == 0:
-        return {}, None
     # The block's axes are the nest's, in its order (spatial first).
     axes = [a.name for a in space.nest.axes]
     sch.pad_einsum(block, [vec if name == inner.name else 1 for name in axes])

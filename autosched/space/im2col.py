@@ -82,7 +82,7 @@ def rewrite(sch, nest: LoopNest, rows: tuple[str, str]) -> None:
     block = sch.get_sblock(nest.main)
     names = [a.name for a in nest.axes]
     outer, inner = (names.index(r) for r in rows)
-    width = next(a.extent for a in nest.axes if a.name == rows[1])
+    width = nest.axes[inner].extent
     old = [Var(n, "int32") for n in names]
     new = [v for i, v in enumerate(old) if i != inner]
     new[outer] = old[outer] * width + old[inner]
@@ -145,10 +145,9 @@ def tail_placement(space: ContractionSpace, config: Config) -> str | None:
     Past a vector tail the im2col matrix is built by its zero-padded copy, which is
     staged in local memory (``stage=local``) or is a kernel of its own (``global``), so
     its ``fuse`` knob has one meaning per placement: fused when staged."""
-    inner = space.nest.spatial[-1].extent
-    vec = int(config["vec"])
-    if vec == 1 or inner % vec == 0:
+    if not space.vector_tail(config):
         return None
+    inner, vec = space.nest.spatial[-1].extent, config["vec"]
     for name in space.nest.produced:
         staged = config[f"stage.{name}"] == "local"
         if config[f"fuse.{name}"] != staged:
