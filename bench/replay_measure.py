@@ -69,14 +69,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--rate", type=float, default=0.8, help="trials/s before a chunk has measured it"
     )
+    parser.add_argument(
+        "--target", choices=("opencl", "llvm"), help="the target (default: the workload's)"
+    )
     args = parser.parse_args(argv)
     op, shape, wanted, target = WORKLOADS[args.name]
+    target = args.target or target
     wanted = args.configs or wanted
     work = CACHES / "work"
     work.mkdir(parents=True, exist_ok=True)
     db = work / f"{args.name}-{target}-{args.tag}.db"
     before = measured(db)
-    rate_file = work / f"{args.name}-{args.tag}.rate"
+    rate_file = work / f"{args.name}-{target}-{args.tag}.rate"
     rate = float(rate_file.read_text()) if rate_file.exists() else args.rate
     if before < wanted:
         trials = min(wanted, before + max(32, int(rate * args.chunk_s)))
