@@ -288,8 +288,8 @@ def test_vulkan_measures_a_tuned_config_and_reads_results_back_aligned(vulkan):
     ids=str,
 )
 def test_iree_s_own_cpu_config_is_a_seed_that_builds_the_same_tiles(cpu, wl):
-    """The llvm-cpu space writes IREE's own config out as knobs (a 28-wide row tiled
-    by 7 included): rendered back into the MLIR it gives the root op the tiles IREE
+    """The llvm-cpu space writes IREE's own config out as knobs (whatever tiles IREE
+    picks on the host: a 28-wide row by 7 on AVX-512, by 4 on AVX2): rendered back into the MLIR it gives the root op the tiles IREE
     picks by itself, so the tuner measures IREE's schedule as a point of the space."""
     from autosched.iree.heuristic import _tiles
     from autosched.iree.toolchain import compile_flags, compile_mlir
@@ -307,8 +307,9 @@ def test_iree_s_own_cpu_config_is_a_seed_that_builds_the_same_tiles(cpu, wl):
 
     own = root(emit(wl))
     assert own == root(annotated_mlir(space, seed))
-    if wl.op == "conv2d":
-        assert seed["vec.ow"] == 7 and 7 in own[1]
+    if wl.op == "conv2d":  # IREE's own row tile (7 of 28 on AVX-512, 4 on AVX2) is a knob
+        ow = [lp.name for lp in space.nest.loops].index("ow")
+        assert seed["vec.ow"] == own[1][ow] > 1
 
 
 def test_iree_s_own_spirv_config_is_a_seed_that_builds_the_same_tiles(vulkan):

@@ -117,7 +117,10 @@ def _cpu_config(space, out: str) -> Config | None:
             values[f"dist.{lp.name}"] = dist[i] or lp.extent  # 0: the loop is not tiled
             values[f"vec.{lp.name}"] = vec[i] or 1
             if f"cache.{lp.name}" in knobs:
-                values[f"cache.{lp.name}"] = cache[i] if cache else 0
+                # A cache tile as large as the distribution tile tiles nothing: no level
+                # (IREE writes one so on AVX2, where it picks dist 48 of a 96 axis).
+                c = cache[i] if cache else 0
+                values[f"cache.{lp.name}"] = 0 if c >= values[f"dist.{lp.name}"] else c
         else:
             values[f"red.{lp.name}"] = red[i] or 1
     if "peel" in knobs:

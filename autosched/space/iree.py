@@ -195,9 +195,10 @@ class IreeSpace(Space):
             return f"vector tile of {acc * red} elements exceeds {MAX_CPU_VECTOR_TILE}"
         inner = d.spatial[-1] if d.kind != "reduction" else d.reduction[-1]
         knob = f"vec.{inner.name}" if d.kind != "reduction" else f"red.{inner.name}"
-        # A 256-bit vector runs at full width on AVX-512 parts too (Zen 4 splits a 512-bit
-        # op in two): only an inner tile narrower than both is refused.
-        narrowest = min(lanes, 8, inner.extent)
+        # An inner tile of half a native vector still runs at full width on AVX-512 parts
+        # (Zen 4 splits a 512-bit op in two), and IREE itself picks 4-wide inner tiles for
+        # an NHWC conv on AVX2: only an inner tile narrower than half the lanes is refused.
+        narrowest = min(max(1, lanes // 2), inner.extent)
         if config[knob] < narrowest:
             return f"{knob}={config[knob]} leaves {narrowest}-lane vectors part empty"
         most = math.prod(-(-lp.extent // max(1, config[f"vec.{lp.name}"])) for lp in d.spatial)
