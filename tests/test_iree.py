@@ -289,8 +289,9 @@ def test_vulkan_measures_a_tuned_config_and_reads_results_back_aligned(vulkan):
 )
 def test_iree_s_own_cpu_config_is_a_seed_that_builds_the_same_tiles(cpu, wl):
     """The llvm-cpu space writes IREE's own config out as knobs (whatever tiles IREE
-    picks on the host: a 28-wide row by 7 on AVX-512, by 4 on AVX2): rendered back into the MLIR it gives the root op the tiles IREE
-    picks by itself, so the tuner measures IREE's schedule as a point of the space."""
+    picks on the host: a 28-wide row by 7 on AVX-512, by 4 on AVX2): rendered back into
+    the MLIR it gives the root op the tiles IREE picks by itself, so the tuner measures
+    IREE's schedule as a point of the space."""
     from autosched.iree.heuristic import _tiles
     from autosched.iree.toolchain import compile_flags, compile_mlir
 
