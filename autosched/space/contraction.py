@@ -95,18 +95,15 @@ import numpy as np
 
 from autosched.space.config import Config
 from autosched.space.contraction_features import describe_cpu, describe_gpu
+from autosched.space.contraction_knobs import inner_widths, make_knobs
 from autosched.space.im2col import rewritten_nest, tail_placement, window_rows
 from autosched.space.loopnest import LoopNest, analyze
 from autosched.space.space import (
     MAX_PAD_WASTE,
-    UNROLLS,
     VECTOR_WIDTHS,
     Knob,
     Space,
-    fits,
     padded,
-    tile_sizes,
-    widened_vector_widths,
 )
 from autosched.space.space import divisors as _divisors
 
@@ -121,12 +118,6 @@ MAX_UNROLLED_BODY = 512
 # work-items x accumulators reached 65,536 (its registers per group) failed to launch
 # and every one at 32,768 or under ran; with this overhead the check draws that line.
 REG_OVERHEAD = 32
-MAX_REG_PER_AXIS = 64
-MAX_THREADS_PER_AXIS = 256
-MAX_CHUNK = 64
-MAX_CHUNK_CPU = 1024  # a CPU cache block of the reduction may be long
-STAGES_CPU = ("global", "pack")
-REDUCE_AT = ("tile", "block")
 
 
 class ContractionSpace(Space):
@@ -145,7 +136,7 @@ class ContractionSpace(Space):
         return nest if self.rows is None else rewritten_nest(self.workload, nest, self.rows)
 
     def _set_knobs(self) -> None:
-        self._inner_vecs = self._inner_widths()  # read by the knobs and by every check
+        self._inner_vecs = inner_widths(self)  # read by the knobs and by every check
         super()._set_knobs()
 
     def apply(self, sch, config: Config) -> None:
@@ -155,71 +146,7 @@ class ContractionSpace(Space):
 
     # -- construction ---------------------------------------------------------------
     def _make_knobs(self) -> list[Knob]:
-        if self.target == "llvm":
-            return self._make_cpu_knobs()
-        knobs = []
-        for ax in self.nest.spatial:
-            pairs = [
-                (t, r)
-                for t in tile_sizes(ax.extent, MAX_THREADS_PER_AXIS)
-                for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS)
-                if fits(ax.extent, t * r)
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
-        knobs += self._reduction_and_vec_knobs(MAX_CHUNK)
-        for acc in self.nest.inputs:
-            knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
-        return knobs + self._fusion_knobs()
-
-    def _reduction_and_vec_knobs(self, max_chunk: int) -> list[Knob]:
-        knobs = []
-        for ax in self.nest.reduction:
-            pairs = [
-                (c, u) for c in tile_sizes(ax.extent, max_chunk) for u in UNROLLS if c % u == 0
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
-        widths = set(self._inner_vecs)
-        axes = self.vector_axes()
-        for a in self.nest.spatial[:-1]:  # the widths of every axis that may carry the lanes
-            if a.name in axes:
-                widths.update(v for v in VECTOR_WIDTHS if a.extent % v == 0)
-        knobs.append(Knob("vec", tuple(sorted(widths))))
-        if len(axes) > 1:
-            knobs.append(Knob("vec_axis", axes, optional=True))
-        return knobs
-
-    def _inner_widths(self) -> list[int]:
-        """Vector widths of the innermost spatial axis."""
-        inner = self.nest.spatial[-1].extent
-        # A vector tail is padded (see the module docstring), an im2col matrix's too.
-        tail = self.nest.einsum or self.rows is not None
-        vecs = [v for v in VECTOR_WIDTHS if inner % v == 0 or (tail and fits(inner, v))]
-        if self.target == "llvm":
-            vecs += widened_vector_widths(inner)
-        return sorted(vecs)
-
-    def _fusion_knobs(self) -> list[Knob]:
-        knobs = [Knob("fuse", (True, False))] if self.nest.epilogue else []
-        return knobs + [Knob(f"fuse.{name}", (True, False)) for name in self.nest.produced]
-
-    def _make_cpu_knobs(self) -> list[Knob]:
-        knobs = []
-        for ax in self.nest.spatial:
-            pairs = [
-                (m, r)
-                for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS)
-                for m in tile_sizes(ax.extent, ax.extent)
-                if fits(ax.extent, m * r)
-            ]
-            knobs.append(Knob(f"tile.{ax.name}", tuple(sorted(pairs))))
-        knobs += self._reduction_and_vec_knobs(MAX_CHUNK_CPU)
-        if self.nest.reduction:
-            knobs.append(Knob("reduce_at", REDUCE_AT))
-        knobs.append(Knob("tile_inner", tuple(a.name for a in self.nest.spatial)))
-        if self.nest.reduction:
-            for acc in self.nest.inputs:
-                knobs.append(Knob(f"stage.{acc.buffer}", STAGES_CPU))
-        return knobs + self._fusion_knobs()
+        return make_knobs(self)
 
     def vector_axes(self) -> tuple[str, ...]:
         """The spatial axes that may carry the vector lanes: the innermost; on llvm, where

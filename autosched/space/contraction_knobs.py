@@ -1,0 +1,96 @@
+"""The contraction spaces' knobs and their choices (see :mod:`autosched.space.contraction`
+for what each knob means): OpenCL's work-groups, work-items and local memory, llvm's
+parallel blocks, register tiles and packing, from the loop nest and the device."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from autosched.space.space import (
+    UNROLLS,
+    VECTOR_WIDTHS,
+    Knob,
+    fits,
+    tile_sizes,
+    widened_vector_widths,
+)
+
+if TYPE_CHECKING:
+    from autosched.space.contraction import ContractionSpace
+
+MAX_REG_PER_AXIS = 64
+MAX_THREADS_PER_AXIS = 256
+MAX_CHUNK = 64
+MAX_CHUNK_CPU = 1024  # a CPU cache block of the reduction may be long
+STAGES_CPU = ("global", "pack")
+REDUCE_AT = ("tile", "block")
+
+
+def make_knobs(space: ContractionSpace) -> list[Knob]:
+    if space.target == "llvm":
+        return _cpu_knobs(space)
+    knobs = []
+    for ax in space.nest.spatial:
+        pairs = [
+            (t, r)
+            for t in tile_sizes(ax.extent, MAX_THREADS_PER_AXIS)
+            for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS)
+            if fits(ax.extent, t * r)
+        ]
+        knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
+    knobs += _reduction_and_vec_knobs(space, MAX_CHUNK)
+    for acc in space.nest.inputs:
+        knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
+    return knobs + _fusion_knobs(space)
+
+
+def _reduction_and_vec_knobs(space: ContractionSpace, max_chunk: int) -> list[Knob]:
+    knobs = []
+    for ax in space.nest.reduction:
+        pairs = [(c, u) for c in tile_sizes(ax.extent, max_chunk) for u in UNROLLS if c % u == 0]
+        knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
+    widths = set(space._inner_vecs)
+    axes = space.vector_axes()
+    for a in space.nest.spatial[:-1]:  # the widths of every axis that may carry the lanes
+        if a.name in axes:
+            widths.update(v for v in VECTOR_WIDTHS if a.extent % v == 0)
+    knobs.append(Knob("vec", tuple(sorted(widths))))
+    if len(axes) > 1:
+        knobs.append(Knob("vec_axis", axes, optional=True))
+    return knobs
+
+
+def inner_widths(space: ContractionSpace) -> list[int]:
+    """Vector widths of the innermost spatial axis."""
+    inner = space.nest.spatial[-1].extent
+    # A vector tail is padded (see the module docstring), an im2col matrix's too.
+    tail = space.nest.einsum or space.rows is not None
+    vecs = [v for v in VECTOR_WIDTHS if inner % v == 0 or (tail and fits(inner, v))]
+    if space.target == "llvm":
+        vecs += widened_vector_widths(inner)
+    return sorted(vecs)
+
+
+def _fusion_knobs(space: ContractionSpace) -> list[Knob]:
+    knobs = [Knob("fuse", (True, False))] if space.nest.epilogue else []
+    return knobs + [Knob(f"fuse.{name}", (True, False)) for name in space.nest.produced]
+
+
+def _cpu_knobs(space: ContractionSpace) -> list[Knob]:
+    knobs = []
+    for ax in space.nest.spatial:
+        pairs = [
+            (m, r)
+            for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS)
+            for m in tile_sizes(ax.extent, ax.extent)
+            if fits(ax.extent, m * r)
+        ]
+        knobs.append(Knob(f"tile.{ax.name}", tuple(sorted(pairs))))
+    knobs += _reduction_and_vec_knobs(space, MAX_CHUNK_CPU)
+    if space.nest.reduction:
+        knobs.append(Knob("reduce_at", REDUCE_AT))
+    knobs.append(Knob("tile_inner", tuple(a.name for a in space.nest.spatial)))
+    if space.nest.reduction:
+        for acc in space.nest.inputs:
+            knobs.append(Knob(f"stage.{acc.buffer}", STAGES_CPU))
+    return knobs + _fusion_knobs(space)
