@@ -172,6 +172,26 @@ def test_guarded_and_vector_tail_matmuls_are_correct(devices, workers, target):
     _check_all(workers, space, configs)
 
 
+def test_llvm_pads_spatial_tails_to_whole_blocks_where_opencl_guards_them(devices):
+    """On llvm a matmul's spatial axes are padded to whole blocks (no guard in the
+    register tile's reduction loop, where it kept the accumulators out of registers);
+    OpenCL keeps its guards. The reduction's tail stays guarded on both."""
+    from autosched.space.schedule import schedule
+
+    # M=13 in register tiles of 2 rows, N=37 in vectors of 8: both tails, K=29 whole.
+    tail = {"tile.i": (1, 2), "tile.j": (1, 8), "tile.k": (29, 1), "vec": 8}
+    llvm = _space(devices, "llvm", "matmul", **MATMUL)
+    script = schedule(llvm, llvm.default().replace(**tail)).script()
+    assert "T.where" not in script
+    assert "A_pad = T.sblock_alloc_buffer((14, 29))" in script  # 13 rows padded to 14
+    opencl = _space(devices, "opencl", "matmul", **MATMUL)
+    guarded = schedule(opencl, opencl.default().replace(**tail)).script()
+    assert "T.where" in guarded
+    chunks = {"tile.i": (1, 13), "tile.j": (37, 1), "tile.k": (8, 4), "vec": 1}
+    chunked = schedule(llvm, llvm.default().replace(**chunks)).script()
+    assert "T.where" in chunked and "A_pad" not in chunked  # K=29 in chunks of 8: guarded
+
+
 @pytest.mark.parametrize("target", TARGETS)
 def test_dense_with_odd_n_and_a_fused_epilogue_is_correct(devices, workers, target):
     space = _space(devices, target, "dense", m=9, n=37, k=23, epilogue="bias_gelu")

@@ -29,23 +29,26 @@ Knobs for ``target="opencl"`` (all derived from the loop nest, see
   (``tile.pq``), and the image's im2col copy a produced input (``fuse.pad_reindex``).
 
 Tiles need not divide their axes. Each knob offers, besides the divisors of the axis,
-the powers of two that pad it by at most :data:`~autosched.space.space.MAX_PAD_WASTE`
-(a prime axis of 127 gets register tiles of 8 and 16, a reduction of 333 chunks of 64);
-the last tile along the axis is cut short by a guard (TVM's split with a non-dividing
-factor predicates the block). The vector lanes are split off the innermost axis first, so
-its guard is on whole vectors and the lanes stay one vector instruction (a guard on the
-lanes would make TVM scalarise them). ``vec`` divides the innermost axis, or, where the
-nest reads its inputs at plain axes (matmul, dense, batch matmul: TVM's ``pad_einsum``
-applies), the axis is padded to whole vectors (a vector tail): the inputs it indexes are
-zero-padded where they are staged or packed, and the others are copied once into a
-zero-padded buffer by a loop of their own (OpenCL: a kernel of its own, writing a scratch
-argument; padded inline, every read would be guarded per lane, which TVM scalarises),
-the accumulators cover the padded tile, and the write-back stores only the real outputs
-(where the accumulators are a register tile, as on OpenCL and in llvm's tile order, they
-are stored whole into the padded output and a kernel or parallel loop of its own copies
-the real outputs out: a write-back guarded per lane is scalarised, which left PoCL's
-accumulators in memory, 5x slower, and cost llvm up to 40% on a 2-row register tile).
-A prime N of 509 gets ``vec=16``.
+the powers of two that pad it by at most :data:`~autosched.space.space.MAX_PAD_WASTE` (a
+prime axis of 127 gets register tiles of 8 and 16, a reduction of 333 chunks of 64); the
+last tile along the axis is cut short by a guard (TVM's split with a non-dividing factor
+predicates the block). On llvm, where the nest reads its inputs at plain axes, the
+spatial axes are padded to whole blocks instead, as for a vector tail below: a guard
+inside the register tile kept LLVM from holding its accumulators in registers
+(:func:`autosched.space.contraction_schedule._pad_blocks`). The vector lanes are split
+off the innermost axis first, so its guard is on whole vectors and the lanes stay one
+vector instruction (a guard on the lanes would make TVM scalarise them). ``vec`` divides
+the innermost axis, or, where the nest reads its inputs at plain axes (matmul, dense,
+batch matmul: TVM's ``pad_einsum`` applies), the axis is padded to whole vectors (a
+vector tail): the inputs it indexes are zero-padded where they are staged or packed, and
+the others are copied once into a zero-padded buffer by a loop of their own (OpenCL: a
+kernel of its own, writing a scratch argument; padded inline, every read would be
+guarded per lane, which TVM scalarises), the accumulators cover the padded tile, and the
+write-back stores only the real outputs (where the accumulators are a register tile, as
+on OpenCL and in llvm's tile order, they are stored whole into the padded output and a
+kernel or parallel loop of its own copies the real outputs out: a write-back guarded per
+lane is scalarised, which left PoCL's accumulators in memory, 5x slower, and cost llvm
+up to 40% on a 2-row register tile). A prime N of 509 gets ``vec=16``.
 
 Register accumulators are always used (``cache_write`` to local scope): there is no
 device on which accumulating through global memory wins.

@@ -176,20 +176,52 @@ def _apply(sch, space: Space, config: Config) -> None:
 
 
 def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str, object], object]:
-    """Pad the innermost axis to whole vectors where ``vec`` does not divide it.
+    """Pad the innermost axis to whole vectors where ``vec`` does not divide it. See
+    :func:`_pad`. On OpenCL the other axes keep their guarded tails: padded to whole
+    work-groups, PoCL (Zen 3) ran the best configs of the 127x1000x333 and 251x509x127
+    matmuls 4-7 % slower (the copies, for no gain in the kernel)."""
+    if not space.vector_tail(config):
+        return {}, None
+    inner = space.nest.spatial[-1].name
+    return _pad(sch, space, block, {inner: int(config["vec"])})
 
-    TVM's ``pad_einsum`` pads the main block's iteration domain: each input the axis
+
+def _pad_blocks(sch, space: Space, config: Config, block) -> tuple[dict[str, object], object]:
+    """llvm: pad each spatial axis of an einsum nest to whole blocks (``mid * reg``) where
+    they do not divide it, and the innermost to whole vectors; other nests as OpenCL.
+
+    A guarded tail puts the guard inside the register tile's reduction loop, where it
+    kept LLVM from holding the accumulators in registers: on an AVX2 Zen 3, a 4x16 tile
+    with B packed ran the 257x512x129 matmul at 48 GFLOP/s guarded and 114 padded, the
+    251x509x127 one at 54 and 138 (256x512x129, nothing to pad: 188). Padding a
+    reduction's chunks instead of guarding them gained nothing there (127x1000x333,
+    chunks of 32 and 64), so those keep their guards.
+    """
+    if not space.nest.einsum:
+        return _pad_vector_tail(sch, space, config, block)
+    inner = space.nest.spatial[-1].name
+    factors = {}
+    for ax in space.nest.spatial:
+        m, r = config[f"tile.{ax.name}"]
+        factor = m * r if ax.extent % (m * r) else 1
+        if ax.name == inner and space.vector_tail(config):
+            factor = math.lcm(factor, int(config["vec"]))
+        factors[ax.name] = factor
+    return _pad(sch, space, block, factors)
+
+
+def _pad(sch, space: Space, block, factors: dict[str, int]) -> tuple[dict[str, object], object]:
+    """Pad the main block's axes to multiples of ``factors`` (axis name -> factor).
+
+    TVM's ``pad_einsum`` pads the block's iteration domain: each input a padded axis
     indexes gets a producer of a zero-padded copy, the block writes a padded output,
     and a consumer copies the real outputs out of it. Returns (input buffer -> its
     padding producer, the consumer), or ({}, None) where nothing is padded.
     """
-    if not space.vector_tail(config):
+    if all(f == 1 for f in factors.values()):
         return {}, None
-    inner = space.nest.spatial[-1]
-    vec = int(config["vec"])
     # The block's axes are the nest's, in its order (spatial first).
-    axes = [a.name for a in space.nest.axes]
-    sch.pad_einsum(block, [vec if name == inner.name else 1 for name in axes])
+    sch.pad_einsum(block, [factors.get(a.name, 1) for a in space.nest.axes])
     pads = {sch.get(p).reads[0].source.name: p for p in sch.get_producers(block)}
     (unpad,) = sch.get_consumers(block)
     return pads, unpad
@@ -253,7 +285,7 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     block = sch.get_sblock(nest.main)
     inner = space.vec_axis(config)
     lanes_last = inner != nest.spatial[-1].name  # lanes off another axis: its data moved last
-    pads, unpad = ({}, None) if lanes_last else _pad_vector_tail(sch, space, config, block)
+    pads, unpad = ({}, None) if lanes_last else _pad_blocks(sch, space, config, block)
     for buffer, pad in pads.items():
         if config[f"stage.{buffer}"] == "pack":
             into_staging[buffer] = pad
