@@ -99,6 +99,7 @@ import numpy as np
 from autosched.space.config import Config
 from autosched.space.contraction_features import describe_cpu, describe_gpu
 from autosched.space.contraction_knobs import inner_widths, make_knobs
+from autosched.space.cpu_seed import cpu_seed
 from autosched.space.im2col import rewritten_nest, tail_placement, window_rows
 from autosched.space.loopnest import LoopNest, analyze
 from autosched.space.space import (
@@ -419,6 +420,14 @@ class ContractionSpace(Space):
         for name in self.nest.produced:
             values[f"fuse.{name}"] = True
         return Config(values)
+
+    def seeds(self) -> list[Config]:
+        """llvm: the blocking BLIS's analytical model picks from the CPU's fingerprint
+        (:mod:`autosched.space.cpu_seed`); none on OpenCL."""
+        if not hasattr(self, "_seeds"):
+            seed = cpu_seed(self) if self.target == "llvm" else None
+            self._seeds = [seed] if seed is not None else []
+        return list(self._seeds)
 
     def describe(self, config: Config) -> dict[str, float]:
         """The cost model's hand-made features of a config (see

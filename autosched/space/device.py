@@ -53,6 +53,13 @@ def vector_shape(device: Mapping[str, Any]) -> tuple[int, int]:
     return width, 32 if width >= 16 or arm else 16
 
 
+def _cache_bytes(device: Mapping[str, Any]) -> tuple[int, ...]:
+    """A CPU fingerprint's data cache sizes, L1 first (``{"L1": bytes, ...}``)."""
+    caches = device.get("cache_bytes") or {}
+    levels = sorted(int(k[1:]) for k in caches if str(k)[:1] == "L" and str(k)[1:].isdigit())
+    return tuple(int(caches[f"L{n}"]) for n in levels)
+
+
 def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
     """The limits a device's fingerprint (``Record.device``) implies for ``target``.
 
@@ -89,6 +96,7 @@ def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
             compute_units=units,
             vector_lanes=lanes,
             vector_registers=registers,
+            cache_bytes=_cache_bytes(device),
         )
     sizes = device.get("max_work_item_sizes") or [device["max_work_group_size"]]
     is_cpu = device.get("type") == "cpu"

@@ -69,6 +69,9 @@ class DeviceLimits:
     # iree-llvm-cpu: LLVM's name of the CPU the device's code is built for ('': the CPU
     # of the machine that builds it, ``--iree-llvmcpu-target-cpu=host``).
     llvm_cpu: str = ""
+    # llvm: bytes of the data caches one core has, L1 first (from the fingerprint's
+    # ``cache_bytes``); () where not known.
+    cache_bytes: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

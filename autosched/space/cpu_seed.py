@@ -1,0 +1,141 @@
+"""The llvm contraction space's seed: the blocking an analytical model of the CPU picks.
+
+BLIS's analytical model (Low, Igual, Smith and Quintana-Orti, "Analytical Modeling Is
+Enough for High-Performance BLIS", ACM TOMS 43(2), 2016) derives a GEMM's blocking from
+the CPU alone, with no search:
+
+* a register tile of ``mr`` rows of ``nr`` lanes whose accumulators fill the vector
+  registers, leaving room for one row of operand vectors and a broadcast;
+* the operand that runs along the lanes packed into a contiguous panel ``nr`` wide,
+  which stays in L1 while the rows of the other operand stream past it;
+* where the panel over the whole reduction overflows L1, the reduction cut into chunks
+  ``kc`` long that fit;
+* each task a block of ``mc`` rows that packs its panel once for all of them: as many
+  as leave every core four tasks. (BLIS sizes ``mc`` to keep a block of the other
+  operand in L2, for the next panel; here a task has one panel, and on the Zen 3 the
+  512^3 matmul ran 175 GFLOP/s in blocks of all 512 rows, 151 in L2's 256.)
+
+Written as the space's knobs from the device's fingerprint (vector lanes and registers,
+cache sizes, cores), it is the space's seed (:meth:`ContractionSpace.seeds`): measured
+right after the default, so that the search refines it instead of having to find the
+combination. The searches on an AVX2 Zen 3 did not find it: on its 127x1000x333 matmul
+they ended near 84 GFLOP/s where this blocking ran 169 (numpy 160); every one of its
+parts alone left most of that on the table (the panel unpacked: 140; 4 panels per
+task: 49). The NCHW convolutions' seeds (lanes along the rows of the image, the
+register tile's rows along the output channels) are weaker: 65 GFLOP/s for ResNet's
+56x56x64 3x3 conv there, where the search reaches 100-130.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from autosched.space.config import Config
+from autosched.space.space import UNROLLS, padded
+
+if TYPE_CHECKING:
+    from autosched.space.contraction import ContractionSpace
+
+MAX_UNROLL = 4  # reduction iterations the seed unrolls (the prior's "a little unrolling")
+
+
+def cpu_seed(space: ContractionSpace) -> Config | None:
+    """The analytical model's config of ``space`` (llvm, with a reduction), or None
+    where the nest has no operand along the lanes and another along the rows, or the
+    model's config is not valid in the space."""
+    nest = space.nest
+    if space.target != "llvm" or not nest.reduction:
+        return None
+    inner = nest.spatial[-1]
+    lane_ops = [a for a in nest.inputs if a.dims and (inner.name, 1) in a.dims[-1]]
+    lane_axes = {n for acc in lane_ops for terms in acc.dims for n, _ in terms}
+    rows = [a for a in nest.spatial[:-1] if a.name not in lane_axes]
+    if not lane_ops or not rows:
+        return None
+    row = max(rows, key=lambda a: a.extent)
+    lanes = max(1, space.limits.vector_lanes)
+    for vec in sorted((v for v in space.knob("vec").choices if v <= 2 * lanes), reverse=True):
+        # Two native vectors per row where the axis has them (BLIS's 6x16 on AVX2).
+        nr = max(
+            (
+                r
+                for m, r in _choices(space, inner.name)
+                if m == 1 and r % vec == 0 and r <= 2 * lanes
+            ),
+            default=0,
+        )
+        config = _blocking(space, row, lane_ops, vec, nr) if nr else None
+        if config is not None:
+            return config
+    return None
+
+
+def _choices(space: ContractionSpace, axis: str) -> list[tuple[int, int]]:
+    return list(space.knob(f"tile.{axis}").choices)
+
+
+def _blocking(space: ContractionSpace, row, lane_ops, vec: int, nr: int) -> Config | None:
+    nest = space.nest
+    lim = space.limits
+    inner = nest.spatial[-1]
+    per_row = -(-nr // max(1, lim.vector_lanes))  # registers of one row of the tile
+    mr_max = max(1, (lim.vector_registers - per_row - 1) // per_row)
+    row_pairs = _choices(space, row.name)
+    mr = max((r for _, r in row_pairs if r <= mr_max), default=0)
+    if not mr:
+        return None
+    values = {name: space.value(space.default(), name) for name in (k.name for k in space.knobs)}
+    values.update({f"tile.{a.name}": (1, 1) for a in nest.spatial})
+    values[f"tile.{inner.name}"] = (1, nr)
+    values["vec"] = vec
+    values["tile_inner"] = row.name
+    for acc in nest.inputs:
+        values[f"stage.{acc.buffer}"] = "pack" if acc in lane_ops else "global"
+    chunk = _reduction_chunks(space, lane_ops, nr)
+    values["reduce_at"] = "tile" if all(c == a.extent for a, c in chunk.items()) else "block"
+    last = nest.reduction[-1]
+    for ax, c in chunk.items():
+        u = max(u for u in UNROLLS if u <= MAX_UNROLL and c % u == 0) if ax is last else 1
+        values[f"tile.{ax.name}"] = (c, u)
+    # Rows per task: as many register tiles as leave at least four tasks per core (each
+    # task packs its panel once for all of them), in blocks that add at most a sixteenth
+    # to the rows the register tiles walk.
+    want = 4 * max(1, lim.cores)
+    least = padded(row.extent, mr) * (1 + 1 / 16)
+    best = None
+    for m in sorted({m for m, r in row_pairs if r == mr and padded(row.extent, m * r) <= least}):
+        trial = {**values, f"tile.{row.name}": (m, mr)}
+        if best is not None and space.groups(Config(trial)) < want:
+            break
+        best = trial
+    config = space.make(best)
+    return config if space.check(config) is None else None
+
+
+def _reduction_chunks(space: ContractionSpace, lane_ops, nr: int) -> dict:
+    """Each reduction axis' chunk: the whole reduction where the packed panel (``nr``
+    lanes over it) fits L1, else chunks of the longest axes first that fit (BLIS's kc).
+
+    On the Zen 3 the whole 512-long reduction of a 16-lane panel (32 KiB, all of L1)
+    ran 175 GFLOP/s where chunks of 256 in block order ran 143: L1 is the bound, the
+    streaming operand's share of it is not counted.
+    """
+    nest = space.nest
+    itemsize = np.dtype(space.workload.dtype).itemsize
+    l1 = space.limits.cache_bytes[0] if space.limits.cache_bytes else 0
+    chunk = {a: a.extent for a in nest.reduction}
+
+    def panel(tile: dict) -> int:
+        dims = {a.name: c for a, c in tile.items()} | {nest.spatial[-1].name: nr}
+        return sum(acc.footprint(dims) for acc in lane_ops) * itemsize
+
+    if not l1 or panel(chunk) <= l1:
+        return chunk
+    for ax in sorted(nest.reduction, key=lambda a: -a.extent):
+        sizes = [c for c, u in _choices(space, ax.name) if u == 1 and ax.extent % c == 0]
+        chunk[ax] = max((c for c in sizes if panel({**chunk, ax: c}) <= l1), default=1)
+        if panel(chunk) <= l1:
+            break
+    return chunk

@@ -1,0 +1,96 @@
+"""The llvm contraction space's seed (issue 13): BLIS's analytical model of the CPU,
+from its fingerprint (vector lanes and registers, L1, cores), measured right after the
+default. The AVX2 Zen 3's searches had not found that blocking in 48 trials."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import autosched
+from autosched.measure.device import select_device
+from autosched.measure.runner import TimingOptions
+from autosched.records.sqlite import SQLiteDatabase
+from autosched.space.device import device_limits
+from autosched.space.select import make_space
+from autosched.space.space import DeviceLimits
+
+AVX2 = DeviceLimits(
+    max_work_group_size=1,
+    max_work_item_size=1,
+    local_mem_bytes=0,
+    is_cpu=True,
+    cores=2,
+    compute_units=2,
+    vector_lanes=8,
+    vector_registers=16,
+    cache_bytes=(32 * 1024, 512 * 1024),
+)
+AVX512 = dataclasses.replace(AVX2, vector_lanes=16, vector_registers=32, cache_bytes=(48 * 1024,))
+
+
+def _matmul_space(limits, m, n, k, target="llvm"):
+    return make_space(autosched.workload("matmul", M=m, N=n, K=k), target=target, limits=limits)
+
+
+@pytest.mark.parametrize("limits", [AVX2, AVX512], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("shape", [(512, 512, 512), (127, 1000, 333), (257, 512, 129)])
+def test_the_seed_fills_the_register_file_and_packs_a_panel_that_fits_l1(limits, shape):
+    m, n, k = shape
+    space = _matmul_space(limits, m, n, k)
+    (seed,) = space.seeds()
+    assert space.check(seed) is None
+    lanes, registers, l1 = limits.vector_lanes, limits.vector_registers, limits.cache_bytes[0]
+    (mid_j, nr), (_, mr) = seed["tile.j"], seed["tile.i"]
+    assert (nr, mid_j) == (2 * lanes, 1)  # two native vectors per row, one panel per task
+    per_row = nr // lanes
+    # Accumulators, one row of operands and a broadcast fit; twice the rows would not.
+    assert mr * per_row + per_row + 1 <= registers < 2 * mr * per_row + per_row + 1
+    assert (seed["stage.B"], seed["stage.A"]) == ("pack", "global")
+    chunk = seed["tile.k"][0]
+    if k * nr * 4 <= l1:
+        assert (seed["reduce_at"], chunk) == ("tile", k)
+    else:
+        assert seed["reduce_at"] == "block" and k % chunk == 0 and chunk * nr * 4 <= l1
+    assert space.groups(seed) >= 4 * limits.cores
+
+
+def test_the_seed_reads_its_caches_and_cores_from_the_fingerprint():
+    fingerprint = {
+        "target": "llvm",
+        "type": "cpu",
+        "isa": ["avx", "avx2", "fma"],
+        "compute_units": 64,
+        "cache_bytes": {"L1": 16 * 1024, "L2": 1 << 20, "L3": 1 << 25},
+    }
+    limits = device_limits(fingerprint, "llvm")
+    assert limits.cache_bytes == (16 * 1024, 1 << 20, 1 << 25)
+    (seed,) = _matmul_space(limits, 512, 512, 512).seeds()
+    # A 16-lane panel over K=512 is 32 KiB: chunks of 256 fit this L1; the 32 row blocks of
+    # AVX2's machine (2 cores) become 128 to give 64 cores four tasks each.
+    assert (seed["reduce_at"], seed["tile.k"][0]) == ("block", 256)
+    assert _matmul_space(limits, 512, 512, 512).groups(seed) >= 256
+    assert _matmul_space(AVX2, 512, 512, 512).seeds()[0]["reduce_at"] == "tile"
+
+
+def test_opencl_spaces_and_nests_without_a_lane_operand_have_no_seed():
+    assert _matmul_space(AVX2, 64, 64, 64, target="opencl").seeds() == []
+    space = make_space(autosched.workload("dense", m=64, n=1000, k=512), target="llvm", limits=AVX2)
+    assert space.seeds() == []  # W is read along the reduction, not the lanes
+
+
+def test_a_tune_measures_the_seed_right_after_the_default_and_it_computes_the_reference(
+    tmp_path,
+):
+    wl = autosched.workload("matmul", M=61, N=200, K=67)
+    db = tmp_path / "records.db"
+    quick = TimingOptions(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.01)
+    autosched.tune(wl, trials=3, batch=2, target="llvm", db=db, seed=1, timing=quick)
+    space = make_space(wl, target="llvm", limits=select_device(target="llvm").limits)
+    (seed,) = space.seeds()
+    with SQLiteDatabase(db) as store:
+        records = store.query(workload_key=wl.key, target="llvm")
+    by_key = {r.config_key: r for r in records}
+    assert seed.key in by_key, [r.config for r in records]
+    assert by_key[seed.key].status == "ok", by_key[seed.key].error  # checked, then timed
