@@ -74,10 +74,15 @@ def test_the_seed_reads_its_caches_and_cores_from_the_fingerprint():
     assert _matmul_space(AVX2, 512, 512, 512).seeds()[0]["reduce_at"] == "tile"
 
 
-def test_opencl_spaces_and_nests_without_a_lane_operand_have_no_seed():
+def test_opencl_spaces_have_no_seed_and_a_dense_layer_packs_its_weights_lanes_innermost():
+    from autosched.space.schedule import schedule
+
     assert _matmul_space(AVX2, 64, 64, 64, target="opencl").seeds() == []
     space = make_space(autosched.workload("dense", m=64, n=1000, k=512), target="llvm", limits=AVX2)
-    assert space.seeds() == []  # W is read along the reduction, not the lanes
+    (seed,) = space.seeds()  # W is laid out [n, k]: along the reduction, not the lanes
+    assert (seed["stage.W"], seed["stage.x"], seed["tile.j"]) == ("pack", "global", (1, 16))
+    script = schedule(space, seed).script()
+    assert "W_pad = T.sblock_alloc_buffer((512, 1008))" in script  # packed [k, n]: n innermost
 
 
 def test_a_tune_measures_the_seed_right_after_the_default_and_it_computes_the_reference(

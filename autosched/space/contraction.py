@@ -82,7 +82,11 @@ same loop nest:
   operand panel stays in L1 while the other streams.
 * ``stage.<input>``: ``"global"`` (read in place) or ``"pack"`` (copied per task,
   per chunk when ``reduce_at="block"``, into a contiguous buffer: the classic CPU
-  packing that turns strided rows into one stream and avoids cache-set conflicts).
+  packing that turns strided rows into one stream and avoids cache-set conflicts). An
+  input the vector lanes index at a plain axis other than its last is packed with that
+  axis innermost: a dense layer's weights, laid out ``[n, k]``, are packed ``[k, n]``, so
+  the lanes read whole vectors (on the Zen 3, 64x1000x512: 137 GFLOP/s, where the same
+  config packed in ``[n, k]`` ran 46 and unpacked 63).
 * ``fuse``: as for OpenCL; ``True`` applies the epilogue in the write-back of the
   accumulators, ``False`` runs it as its own parallel loop.
 * ``fuse.<input>``: as for OpenCL; a fused producer of a packed input is computed

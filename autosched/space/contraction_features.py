@@ -85,7 +85,6 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
     red_total = math.prod(a.extent for a in red) if red else 1
     block_order = bool(red) and config["reduce_at"] == "block"
     item_tile = {a.name: config[f"tile.{a.name}"][1] for a in nest.spatial}
-    inner = nest.spatial[-1]
     lanes = space.vec_axis(config)  # the innermost axis unless the lanes run along another
     # Load instructions per reduction step of one register tile: an operand that runs
     # contiguously along the vectorised axis is read a vector at a time; any other
@@ -96,7 +95,7 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         elems = acc.footprint(item_tile)
         contiguous = bool(acc.dims) and (
             acc.dims[-1] == ((lanes, 1),)  # or packed with the lanes moved innermost:
-            or (lanes != inner.name and config.get(f"stage.{acc.buffer}") == "pack")
+            or config.get(f"stage.{acc.buffer}") == "pack"
             and ((lanes, 1),) in acc.dims
         )
         item_loads += elems / vec if contiguous else elems

@@ -330,7 +330,7 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
                 read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
                 cache = sch.cache_read(block, read_index, "global")
             sch.compute_at(cache, anchor)
-            if lanes_last and ((inner, 1),) in acc.dims:
+            if ((inner, 1),) in acc.dims[:-1]:  # the lanes' axis innermost in the copy
                 _move_last(sch, cache, acc.dims.index(((inner, 1),)), len(acc.dims))
             _vectorize_innermost(sch, cache, vec)
 

@@ -21,7 +21,9 @@ right after the default, so that the search refines it instead of having to find
 combination. The searches on an AVX2 Zen 3 did not find it: on its 127x1000x333 matmul
 they ended near 84 GFLOP/s where this blocking ran 169 (numpy 160); every one of its
 parts alone left most of that on the table (the panel unpacked: 140; 4 panels per
-task: 49). The NCHW convolutions' seeds (lanes along the rows of the image, the
+task: 49). A dense layer's weights ([n, k]) are packed with the lanes innermost; its seed
+ran 64x1000x512 at 137 GFLOP/s and 128x768x768 at 162 (numpy 115-131 and 123-162).
+The NCHW convolutions' seeds (lanes along the rows of the image, the
 register tile's rows along the output channels) are weaker: 65 GFLOP/s for ResNet's
 56x56x64 3x3 conv there, where the search reaches 100-130.
 """
@@ -49,7 +51,13 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
     if space.target != "llvm" or not nest.reduction:
         return None
     inner = nest.spatial[-1]
-    lane_ops = [a for a in nest.inputs if a.dims and (inner.name, 1) in a.dims[-1]]
+    # Operands along the lanes: read at them innermost, or at a plain axis that the
+    # packed copy moves innermost (a dense layer's weights, laid out [n, k]).
+    lane_ops = [
+        a
+        for a in nest.inputs
+        if a.dims and ((inner.name, 1) in a.dims[-1] or ((inner.name, 1),) in a.dims)
+    ]
     lane_axes = {n for acc in lane_ops for terms in acc.dims for n, _ in terms}
     rows = [a for a in nest.spatial[:-1] if a.name not in lane_axes]
     if not lane_ops or not rows:
