@@ -94,7 +94,8 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, nr: int) -> Conf
     mr = max((r for _, r in row_pairs if r <= mr_max), default=0)
     if not mr:
         return None
-    values = {name: space.value(space.default(), name) for name in (k.name for k in space.knobs)}
+    default = space.default()
+    values = {k.name: space.value(default, k.name) for k in space.knobs}
     values.update({f"tile.{a.name}": (1, 1) for a in nest.spatial})
     values[f"tile.{inner.name}"] = (1, nr)
     values["vec"] = vec
