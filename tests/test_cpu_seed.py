@@ -85,6 +85,23 @@ def test_opencl_spaces_have_no_seed_and_a_dense_layer_packs_its_weights_lanes_in
     assert "W_pad = T.sblock_alloc_buffer((512, 1008))" in script  # packed [k, n]: n innermost
 
 
+@pytest.mark.parametrize("hw", [56, 28, 14, 7])
+def test_an_nchw_conv_seed_keeps_vectors_in_whole_registers_and_tiles_the_image_rows(hw):
+    """Lanes run along the image's columns (q); a 14-lane vector would take two AVX2
+    registers, one of them 6 lanes (64 GFLOP/s on the Zen 3 where 8 or 7 lanes by two
+    image rows ran 123-181), so the seed keeps one register's vectors and takes two rows
+    of the image (p) as the tile's second column of vectors."""
+    c = 64 * 56 // hw
+    wl = autosched.workload("conv2d", n=1, c=c, h=hw, w=hw, k=c, r=3, s=3, stride=1, pad=1)
+    for limits, lanes in ((AVX2, 8), (AVX512, 16)):
+        (seed,) = make_space(wl, target="llvm", limits=limits).seeds()
+        vec, (_, nr), (_, b) = seed["vec"], seed["tile.q"], seed["tile.p"]
+        assert vec <= lanes and hw % vec == 0 and nr == vec, seed  # one register, no tail
+        assert b == 2 and (seed["stage.pad"], seed["stage.weight"]) == ("pack", "global")
+        mr = seed["tile.k"][1]
+        assert 2 * mr + 2 + 1 <= limits.vector_registers < 2 * (2 * mr) + 2 + 1, seed
+
+
 def test_a_tune_measures_the_seed_right_after_the_default_and_it_computes_the_reference(
     tmp_path,
 ):

@@ -23,13 +23,16 @@ they ended near 84 GFLOP/s where this blocking ran 169 (numpy 160); every one of
 parts alone left most of that on the table (the panel unpacked: 140; 4 panels per
 task: 49). A dense layer's weights ([n, k]) are packed with the lanes innermost; its seed
 ran 64x1000x512 at 137 GFLOP/s and 128x768x768 at 162 (numpy 115-131 and 123-162).
-The NCHW convolutions' seeds (lanes along the rows of the image, the
-register tile's rows along the output channels) are weaker: 65 GFLOP/s for ResNet's
-56x56x64 3x3 conv there, where the search reaches 100-130.
+An NCHW convolution's lanes run along the image's columns, its register tile's rows
+along the output channels, and its second column of vectors along the image's rows,
+in vectors that fill whole registers: on the Zen 3 ResNet's 3x3 convs at 56, 28, 14 and
+7 pixels ran 181, 123, 125 and 95 GFLOP/s so (numpy 74-136), where 14-lane vectors
+(two AVX2 registers, one of them 6 lanes) and one row had run 62, 64, 61 and 81.
 """
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -63,18 +66,18 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
     if not lane_ops or not rows:
         return None
     row = max(rows, key=lambda a: a.extent)
+    # An axis the lane operands index and the broadcast ones do not (an NCHW conv's
+    # output rows): tiling it adds vectors to the register tile, as a wider ``nr`` would.
+    cols = [a for a in nest.spatial[:-1] if a.name in lane_axes and a.extent > 1]
+    col = max(cols, key=lambda a: a.extent, default=None)
     lanes = max(1, space.limits.vector_lanes)
-    for vec in sorted((v for v in space.knob("vec").choices if v <= 2 * lanes), reverse=True):
-        # Two native vectors per row where the axis has them (BLIS's 6x16 on AVX2).
-        nr = max(
-            (
-                r
-                for m, r in _choices(space, inner.name)
-                if m == 1 and r % vec == 0 and r <= 2 * lanes
-            ),
-            default=0,
-        )
-        config = _blocking(space, row, lane_ops, vec, nr) if nr else None
+    vecs = [v for v in space.knob("vec").choices if v <= 2 * lanes]
+    # Vectors that fill whole registers first, widest first: an AVX2 CPU ran the 14-lane
+    # vectors of ResNet's 56- and 28-wide convs (two registers, one of 6 lanes) at 63-64
+    # GFLOP/s, where the same tiles in 8 or 7 lanes ran 126-180.
+    for vec in sorted(vecs, key=lambda v: (not _whole_registers(v, lanes), -v)):
+        columns = _columns(space, inner, col, vec, lanes)
+        config = _blocking(space, row, lane_ops, vec, columns) if columns else None
         if config is not None:
             return config
     return None
@@ -84,11 +87,47 @@ def _choices(space: ContractionSpace, axis: str) -> list[tuple[int, int]]:
     return list(space.knob(f"tile.{axis}").choices)
 
 
-def _blocking(space: ContractionSpace, row, lane_ops, vec: int, nr: int) -> Config | None:
+def _whole_registers(vec: int, lanes: int) -> bool:
+    """A vector of ``vec`` lanes fills whole registers, or sits in one register."""
+    return vec <= lanes or vec % lanes == 0
+
+
+def _registers(vec: int, lanes: int) -> int:
+    """Registers one vector of ``vec`` lanes takes once LLVM widens it to a power of two."""
+    return -(-(1 << (vec - 1).bit_length()) // lanes)
+
+
+def _columns(space: ContractionSpace, inner, col, vec: int, lanes: int) -> dict | None:
+    """The register tile's columns: ``nr`` lanes along the inner axis (a multiple of
+    ``vec``) times ``b`` along ``col``, together two registers of vectors where the axes
+    allow (BLIS's 6x16 on AVX2), then the least padding, then the most along ``col``.
+
+    Ties go to ``col``: on an AVX2 Zen 3 ResNet's 28x28x128 conv ran 126 GFLOP/s in 7
+    lanes by 2 rows of the image and 112 in 14 lanes by one row.
+    """
+    nrs = [r for m, r in _choices(space, inner.name) if m == 1 and r % vec == 0]
+    bs = [r for m, r in _choices(space, col.name) if m == 1] if col is not None else [1]
+    best, key = None, None
+    for nr in nrs:
+        for b in bs:
+            regs = nr // vec * _registers(vec, lanes) * b
+            if regs > 2:
+                continue
+            waste = padded(inner.extent, nr) / inner.extent
+            if col is not None:
+                waste *= padded(col.extent, b) / col.extent
+            k = (-regs, waste, -b)
+            if key is None or k < key:
+                best, key = {inner.name: nr} | ({col.name: b} if col is not None else {}), k
+    return best
+
+
+def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -> Config | None:
     nest = space.nest
     lim = space.limits
-    inner = nest.spatial[-1]
-    per_row = -(-nr // max(1, lim.vector_lanes))  # registers of one row of the tile
+    lanes = max(1, lim.vector_lanes)
+    # Registers of one row of the tile: its vectors along the inner axis and ``col``.
+    per_row = math.prod(columns.values()) // vec * _registers(vec, lanes)
     mr_max = max(1, (lim.vector_registers - per_row - 1) // per_row)
     row_pairs = _choices(space, row.name)
     mr = max((r for _, r in row_pairs if r <= mr_max), default=0)
@@ -97,12 +136,13 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, nr: int) -> Conf
     default = space.default()
     values = {k.name: space.value(default, k.name) for k in space.knobs}
     values.update({f"tile.{a.name}": (1, 1) for a in nest.spatial})
-    values[f"tile.{inner.name}"] = (1, nr)
+    for name, r in columns.items():
+        values[f"tile.{name}"] = (1, r)
     values["vec"] = vec
     values["tile_inner"] = row.name
     for acc in nest.inputs:
         values[f"stage.{acc.buffer}"] = "pack" if acc in lane_ops else "global"
-    chunk = _reduction_chunks(space, lane_ops, nr)
+    chunk = _reduction_chunks(space, lane_ops, columns)
     values["reduce_at"] = "tile" if all(c == a.extent for a, c in chunk.items()) else "block"
     last = nest.reduction[-1]
     for ax, c in chunk.items():
@@ -123,9 +163,10 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, nr: int) -> Conf
     return config if space.check(config) is None else None
 
 
-def _reduction_chunks(space: ContractionSpace, lane_ops, nr: int) -> dict:
-    """Each reduction axis' chunk: the whole reduction where the packed panel (``nr``
-    lanes over it) fits L1, else chunks of the longest axes first that fit (BLIS's kc).
+def _reduction_chunks(space: ContractionSpace, lane_ops, columns: dict) -> dict:
+    """Each reduction axis' chunk: the whole reduction where the packed panel (the
+    register tile's columns over it) fits L1, else chunks of the longest axes first
+    that fit (BLIS's kc).
 
     On the Zen 3 the whole 512-long reduction of a 16-lane panel (32 KiB, all of L1)
     ran 175 GFLOP/s where chunks of 256 in block order ran 143: L1 is the bound, the
@@ -137,7 +178,7 @@ def _reduction_chunks(space: ContractionSpace, lane_ops, nr: int) -> dict:
     chunk = {a: a.extent for a in nest.reduction}
 
     def panel(tile: dict) -> int:
-        dims = {a.name: c for a, c in tile.items()} | {nest.spatial[-1].name: nr}
+        dims = {a.name: c for a, c in tile.items()} | columns
         return sum(acc.footprint(dims) for acc in lane_ops) * itemsize
 
     if not l1 or panel(chunk) <= l1:
