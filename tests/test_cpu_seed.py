@@ -102,6 +102,16 @@ def test_an_nchw_conv_seed_keeps_vectors_in_whole_registers_and_tiles_the_image_
         assert 2 * mr + 2 + 1 <= limits.vector_registers < 2 * (2 * mr) + 2 + 1, seed
 
 
+def test_a_batch_axis_is_not_a_column_of_the_register_tile():
+    """Both operands of a batched matmul index the batch: tiling it shares no
+    broadcast, so the seed's columns stay along the lanes (two vectors of j)."""
+    wl = autosched.workload("batch_matmul", b=12, m=128, n=64, k=128)
+    for limits in (AVX2, AVX512):
+        (seed,) = make_space(wl, target="llvm", limits=limits).seeds()
+        lanes = limits.vector_lanes
+        assert (seed["tile.b"], seed["tile.j"]) == ((1, 1), (1, 2 * lanes)), seed
+
+
 def test_a_tune_measures_the_seed_right_after_the_default_and_it_computes_the_reference(
     tmp_path,
 ):

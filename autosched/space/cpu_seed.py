@@ -68,7 +68,12 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
     row = max(rows, key=lambda a: a.extent)
     # An axis the lane operands index and the broadcast ones do not (an NCHW conv's
     # output rows): tiling it adds vectors to the register tile, as a wider ``nr`` would.
-    cols = [a for a in nest.spatial[:-1] if a.name in lane_axes and a.extent > 1]
+    other_axes = {n for acc in nest.inputs if acc not in lane_ops for t in acc.dims for n, _ in t}
+    cols = [
+        a
+        for a in nest.spatial[:-1]
+        if a.name in lane_axes and a.name not in other_axes and a.extent > 1
+    ]
     col = max(cols, key=lambda a: a.extent, default=None)
     lanes = max(1, space.limits.vector_lanes)
     vecs = [v for v in space.knob("vec").choices if v <= 2 * lanes]
