@@ -26,8 +26,9 @@ ran 64x1000x512 at 137 GFLOP/s and 128x768x768 at 162 (numpy 115-131 and 123-162
 An NCHW convolution's lanes run along the image's columns, its register tile's rows
 along the output channels, and its second column of vectors along the image's rows,
 in vectors that fill whole registers: on the Zen 3 ResNet's 3x3 convs at 56, 28, 14 and
-7 pixels ran 181, 123, 125 and 95 GFLOP/s so (numpy 74-136), where 14-lane vectors
-(two AVX2 registers, one of them 6 lanes) and one row had run 62, 64, 61 and 81.
+7 pixels ran 181, 123, 125 and 95 GFLOP/s so (numpy 74-136), where the earlier seeds
+(one image row, in 14-lane vectors, two AVX2 registers with one of them 6 lanes, but
+7 lanes at 7 pixels) had run 62, 64, 61 and 81.
 """
 
 from __future__ import annotations
@@ -107,8 +108,8 @@ def _columns(space: ContractionSpace, inner, col, vec: int, lanes: int) -> dict 
     ``vec``) times ``b`` along ``col``, together two registers of vectors where the axes
     allow (BLIS's 6x16 on AVX2), then the least padding, then the most along ``col``.
 
-    Ties go to ``col``: on an AVX2 Zen 3 ResNet's 28x28x128 conv ran 126 GFLOP/s in 7
-    lanes by 2 rows of the image and 112 in 14 lanes by one row.
+    Ties go to ``col``: on an AVX2 Zen 3 ResNet's 28x28x128 conv ran 126 GFLOP/s in one
+    7-lane vector by 2 rows of the image and 112 in two 7-lane vectors along one row.
     """
     nrs = [r for m, r in _choices(space, inner.name) if m == 1 and r % vec == 0]
     bs = [r for m, r in _choices(space, col.name) if m == 1] if col is not None else [1]
