@@ -346,9 +346,12 @@ class ContractionSpace(Space):
         """:data:`MAX_REG_ELEMS`, or on llvm the CPU's register file in ``vec``-lane
         vectors where it holds more (AVX-512: 32 x 16 at 16, a 7x64 tile of ResNet's
         7x7x512 conv 1.57x the best under 256 on a Zen 5; 32 x 8 at 8, where 448 spill)."""
-        per_vector = -(-vec // max(1, self.limits.vector_lanes))  # 14 lanes: two AVX2 registers
-        file = self.limits.vector_registers // per_vector * vec
+        file = self.limits.vector_registers // self.vector_registers(vec) * vec
         return max(MAX_REG_ELEMS, file) if self.target == "llvm" else MAX_REG_ELEMS
+
+    def vector_registers(self, vec: int) -> int:
+        """The CPU's vector registers one ``vec``-lane vector takes (14 lanes: two on AVX2)."""
+        return -(-vec // max(1, self.limits.vector_lanes))
 
     def _check_register_tile(self, config: Config) -> str | None:
         """What both targets require of a work-item's (llvm: a task's) register tile."""

@@ -82,7 +82,7 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
     # vectors of ResNet's 56- and 28-wide convs (two registers, one of 6 lanes) at 63-64
     # GFLOP/s, where the same tiles in 8 or 7 lanes ran 126-180.
     for vec in sorted(vecs, key=lambda v: (not _whole_registers(v, lanes), -v)):
-        columns = _columns(space, inner, col, vec, lanes)
+        columns = _columns(space, inner, col, vec)
         config = _blocking(space, row, lane_ops, vec, columns) if columns else None
         if config is not None:
             return config
@@ -98,12 +98,7 @@ def _whole_registers(vec: int, lanes: int) -> bool:
     return vec <= lanes or vec % lanes == 0
 
 
-def _registers(vec: int, lanes: int) -> int:
-    """Registers one vector of ``vec`` lanes takes once LLVM widens it to a power of two."""
-    return -(-(1 << (vec - 1).bit_length()) // lanes)
-
-
-def _columns(space: ContractionSpace, inner, col, vec: int, lanes: int) -> dict | None:
+def _columns(space: ContractionSpace, inner, col, vec: int) -> dict | None:
     """The register tile's columns: ``nr`` lanes along the inner axis (a multiple of
     ``vec``) times ``b`` along ``col``, together two registers of vectors where the axes
     allow (BLIS's 6x16 on AVX2), then the least padding, then the most along ``col``.
@@ -116,7 +111,7 @@ def _columns(space: ContractionSpace, inner, col, vec: int, lanes: int) -> dict 
     best, key = None, None
     for nr in nrs:
         for b in bs:
-            regs = nr // vec * _registers(vec, lanes) * b
+            regs = nr // vec * space.vector_registers(vec) * b
             if regs > 2:
                 continue
             waste = padded(inner.extent, nr) / inner.extent
@@ -131,9 +126,8 @@ def _columns(space: ContractionSpace, inner, col, vec: int, lanes: int) -> dict 
 def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -> Config | None:
     nest = space.nest
     lim = space.limits
-    lanes = max(1, lim.vector_lanes)
     # Registers of one row of the tile: its vectors along the inner axis and ``col``.
-    per_row = math.prod(columns.values()) // vec * _registers(vec, lanes)
+    per_row = math.prod(columns.values()) // vec * space.vector_registers(vec)
     mr_max = max(1, (lim.vector_registers - per_row - 1) // per_row)
     row_pairs = _choices(space, row.name)
     mr = max((r for _, r in row_pairs if r <= mr_max), default=0)
