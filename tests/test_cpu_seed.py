@@ -1,6 +1,7 @@
-"""The llvm contraction space's seed (issue 13): BLIS's analytical model of the CPU,
-from its fingerprint (vector lanes and registers, L1, cores), measured right after the
-default. The AVX2 Zen 3's searches had not found that blocking in 48 trials."""
+"""The contraction spaces' CPU seeds (issue 13): llvm's from BLIS's analytical model of
+the CPU, from its fingerprint (vector lanes and registers, L1, cores), and OpenCL's on a
+CPU driver (its register tile for one work-item per group), measured right after the
+default. The AVX2 Zen 3's searches had not found either in 48 trials."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from autosched.measure.runner import TimingOptions
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.device import device_limits
 from autosched.space.select import make_space
-from autosched.space.space import DeviceLimits
+from autosched.space.space import DeviceLimits, padded
 
 AVX2 = DeviceLimits(
     max_work_group_size=1,
@@ -74,10 +75,9 @@ def test_the_seed_reads_its_caches_and_cores_from_the_fingerprint():
     assert _matmul_space(AVX2, 512, 512, 512).seeds()[0]["reduce_at"] == "tile"
 
 
-def test_opencl_spaces_have_no_seed_and_a_dense_layer_packs_its_weights_lanes_innermost():
+def test_a_dense_layer_packs_its_weights_lanes_innermost():
     from autosched.space.schedule import schedule
 
-    assert _matmul_space(AVX2, 64, 64, 64, target="opencl").seeds() == []
     space = make_space(autosched.workload("dense", m=64, n=1000, k=512), target="llvm", limits=AVX2)
     (seed,) = space.seeds()  # W is laid out [n, k]: along the reduction, not the lanes
     assert (seed["stage.W"], seed["stage.x"], seed["tile.j"]) == ("pack", "global", (1, 16))
@@ -112,17 +112,86 @@ def test_a_batch_axis_is_not_a_column_of_the_register_tile():
         assert (seed["tile.b"], seed["tile.j"]) == ((1, 1), (1, 2 * lanes)), seed
 
 
+# OpenCL on a CPU driver (PoCL's device: work-groups of up to 4096, emulated local memory).
+POCL_AVX2 = dataclasses.replace(
+    AVX2, max_work_group_size=4096, max_work_item_size=4096, local_mem_bytes=1 << 19
+)
+POCL_AVX512 = dataclasses.replace(POCL_AVX2, vector_lanes=16, vector_registers=32)
+GPU = DeviceLimits(
+    max_work_group_size=1024,
+    max_work_item_size=1024,
+    local_mem_bytes=48 * 1024,
+    is_cpu=False,
+    compute_units=132,
+    vector_lanes=1,
+    vector_registers=64,
+)
+
+
+@pytest.mark.parametrize("limits", [POCL_AVX2, POCL_AVX512], ids=["avx2", "avx512"])
+@pytest.mark.parametrize("shape", [(512, 512, 512), (127, 1000, 333), (251, 509, 127)])
+def test_opencl_on_a_cpu_seeds_one_work_item_per_group_with_a_register_tile(limits, shape):
+    """One work-item per group, whole vectors, the accumulators in the register file, and
+    no vector tail where one register's lanes divide the axis (N=1000: a tail costs OpenCL
+    kernels of their own, 75 GFLOP/s on the Zen 3's PoCL where 8 x 8 ran 120-125)."""
+    m, n, k = shape
+    space = _matmul_space(limits, m, n, k, target="opencl")
+    (seed,) = space.seeds()
+    assert space.check(seed) is None
+    lanes, registers = limits.vector_lanes, limits.vector_registers
+    (threads_i, mr), (threads_j, nr) = seed["tile.i"], seed["tile.j"]
+    assert threads_i == threads_j == 1 and seed["tile.k"] == (1, 1)
+    assert seed["vec"] == lanes or (seed["vec"] == 2 * lanes and nr == seed["vec"]), seed
+    assert (seed["stage.A"], seed["stage.B"]) == ("global", "global")
+    per_row = nr // lanes
+    assert mr * per_row + per_row + 1 <= registers < 2 * mr * per_row + per_row + 1, seed
+    # The least padding of N (none where one register's lanes divide it), then the most
+    # registers per row.
+    assert padded(n, nr) == min(padded(n, lanes), padded(n, 2 * lanes)), seed
+    if n % (2 * lanes) == 0:
+        assert nr == 2 * lanes, seed
+
+
+def test_opencl_on_a_gpu_has_no_seed():
+    assert _matmul_space(GPU, 512, 512, 512, target="opencl").seeds() == []
+    wl = autosched.workload("conv2d", n=1, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1)
+    assert make_space(wl, target="opencl", limits=GPU).seeds() == []
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "NHWC"])
+def test_an_opencl_conv_seed_pads_apart_and_takes_image_rows_or_columns(layout):
+    """NCHW: the lanes along q, two rows of p as a second column, the channels as rows
+    (4 x 2 x 8 ran 97 GFLOP/s on the Zen 3's PoCL, the sample's best 105). NHWC: the lanes
+    along the channels, the rows along q (175 there, 146 along p). Both pad the image by
+    a kernel of its own (fused into the reads, every read is guarded: 60 against 97)."""
+    wl = autosched.workload(
+        "conv2d", n=1, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1, layout=layout
+    )
+    (seed,) = make_space(wl, target="opencl", limits=POCL_AVX2).seeds()
+    assert seed["fuse.pad"] is False and all(seed[f"tile.{a}"][0] == 1 for a in "kpq"), seed
+    if layout == "NCHW":
+        assert (seed["tile.k"], seed["tile.p"], seed["tile.q"], seed["vec"]) == (
+            (1, 4),
+            (1, 2),
+            (1, 8),
+            8,
+        )
+    else:
+        assert (seed["tile.p"], seed["tile.q"], seed["tile.k"][1] % 8) == ((1, 1), (1, 4), 0)
+
+
+@pytest.mark.parametrize("target", ["llvm", "opencl"])
 def test_a_tune_measures_the_seed_right_after_the_default_and_it_computes_the_reference(
-    tmp_path,
+    tmp_path, target
 ):
     wl = autosched.workload("matmul", M=61, N=200, K=67)
     db = tmp_path / "records.db"
     quick = TimingOptions(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.01)
-    autosched.tune(wl, trials=3, batch=2, target="llvm", db=db, seed=1, timing=quick)
-    space = make_space(wl, target="llvm", limits=select_device(target="llvm").limits)
+    autosched.tune(wl, trials=3, batch=2, target=target, db=db, seed=1, timing=quick)
+    space = make_space(wl, target=target, limits=select_device(target=target).limits)
     (seed,) = space.seeds()
     with SQLiteDatabase(db) as store:
-        records = store.query(workload_key=wl.key, target="llvm")
+        records = store.query(workload_key=wl.key, target=target)
     by_key = {r.config_key: r for r in records}
     assert seed.key in by_key, [r.config for r in records]
     assert by_key[seed.key].status == "ok", by_key[seed.key].error  # checked, then timed

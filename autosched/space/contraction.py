@@ -103,7 +103,7 @@ import numpy as np
 from autosched.space.config import Config
 from autosched.space.contraction_features import describe_cpu, describe_gpu
 from autosched.space.contraction_knobs import inner_widths, make_knobs
-from autosched.space.cpu_seed import cpu_seed
+from autosched.space.cpu_seed import cpu_seed, opencl_cpu_seed
 from autosched.space.im2col import rewritten_nest, tail_placement, window_rows
 from autosched.space.loopnest import LoopNest, analyze
 from autosched.space.space import (
@@ -429,10 +429,11 @@ class ContractionSpace(Space):
         return Config(values)
 
     def seeds(self) -> list[Config]:
-        """llvm: the blocking BLIS's analytical model picks from the CPU's fingerprint
-        (:mod:`autosched.space.cpu_seed`); none on OpenCL."""
+        """llvm: the blocking BLIS's analytical model picks from the CPU's fingerprint;
+        OpenCL on a CPU driver: its register tile for one work-item per group
+        (:mod:`autosched.space.cpu_seed`); none on a GPU."""
         if not hasattr(self, "_seeds"):
-            seed = cpu_seed(self) if self.target == "llvm" else None
+            seed = cpu_seed(self) if self.target == "llvm" else opencl_cpu_seed(self)
             self._seeds = [seed] if seed is not None else []
         return list(self._seeds)
 

@@ -1,4 +1,5 @@
-"""The llvm contraction space's seed: the blocking an analytical model of the CPU picks.
+"""The contraction spaces' CPU seeds: the blocking an analytical model of the CPU picks
+(llvm), and its register tile for one work-item per group (OpenCL on a CPU driver).
 
 BLIS's analytical model (Low, Igual, Smith and Quintana-Orti, "Analytical Modeling Is
 Enough for High-Performance BLIS", ACM TOMS 43(2), 2016) derives a GEMM's blocking from
@@ -51,31 +52,12 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
     """The analytical model's config of ``space`` (llvm, with a reduction), or None
     where the nest has no operand along the lanes and another along the rows, or the
     model's config is not valid in the space."""
-    nest = space.nest
-    if space.target != "llvm" or not nest.reduction:
+    if space.target != "llvm":
         return None
-    inner = nest.spatial[-1]
-    # Operands along the lanes: read at them innermost, or at a plain axis that the
-    # packed copy moves innermost (a dense layer's weights, laid out [n, k]).
-    lane_ops = [
-        a
-        for a in nest.inputs
-        if a.dims and ((inner.name, 1) in a.dims[-1] or ((inner.name, 1),) in a.dims)
-    ]
-    lane_axes = {n for acc in lane_ops for terms in acc.dims for n, _ in terms}
-    rows = [a for a in nest.spatial[:-1] if a.name not in lane_axes]
-    if not lane_ops or not rows:
+    found = _operands(space)
+    if found is None:
         return None
-    row = max(rows, key=lambda a: a.extent)
-    # An axis the lane operands index and the broadcast ones do not (an NCHW conv's
-    # output rows): tiling it adds vectors to the register tile, as a wider ``nr`` would.
-    other_axes = {n for acc in nest.inputs if acc not in lane_ops for t in acc.dims for n, _ in t}
-    cols = [
-        a
-        for a in nest.spatial[:-1]
-        if a.name in lane_axes and a.name not in other_axes and a.extent > 1
-    ]
-    col = max(cols, key=lambda a: a.extent, default=None)
+    inner, lane_ops, row, col = found
     lanes = max(1, space.limits.vector_lanes)
     vecs = [v for v in space.knob("vec").choices if v <= 2 * lanes]
     # Vectors that fill whole registers first, widest first: an AVX2 CPU ran the 14-lane
@@ -89,6 +71,99 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
     return None
 
 
+def opencl_cpu_seed(space: ContractionSpace) -> Config | None:
+    """The same register tile for OpenCL on a CPU driver (PoCL): one work-item per
+    group computes ``mr`` rows by the columns of whole vectors, reading its inputs in
+    place, with a produced input (a conv's padding) computed by a kernel of its own.
+
+    Where the search had not found it, on an AVX2 Zen 3's PoCL: the 127x1000x333
+    matmul's 8 rows by one 8-lane vector ran 120-125 GFLOP/s (numpy 124-158) where its
+    48-trial searches ended at 76-104; ResNet's 56x56x64 conv, 4 channels by 2 rows by
+    8 lanes, 97 (numpy 78-104), the best of the 360 configs sampled there (105) took the
+    search 32 trials. Unlike llvm's, the columns avoid a vector tail first: OpenCL pads
+    one with kernels of their own (a padded copy of the input, the outputs copied out),
+    and 4 rows of 16 lanes ran that 127x1000x333 at 75. The padding's producer runs
+    apart because inlined into the reads every read is guarded: 60 fused, 97 apart.
+    """
+    if space.target != "opencl" or not space.limits.is_cpu:
+        return None
+    found = _operands(space)
+    if found is None:
+        return None
+    inner, _, row, col = found
+    lanes = max(1, space.limits.vector_lanes)
+    extent = {a.name: a.extent for a in space.nest.spatial}
+    best, key = None, None
+    for vec in space.knob("vec").choices:
+        if vec > 2 * lanes or not _whole_registers(vec, lanes):
+            continue
+        columns = _columns(space, inner, col, vec, tail_first=True)
+        if columns is None:
+            continue
+        regs = math.prod(columns.values()) // vec * space.vector_registers(vec)
+        waste = math.prod(padded(extent[n], r) / extent[n] for n, r in columns.items())
+        k = (-min(vec, lanes), waste, -regs, -vec)
+        if key is None or k < key:
+            best, key = (vec, columns, regs), k
+    if best is None:
+        return None
+    vec, columns, per_row = best
+    default = space.default()
+    values = {k.name: space.value(default, k.name) for k in space.knobs}
+    values.update({f"tile.{a.name}": (1, 1) for a in space.nest.spatial})
+    values.update({f"tile.{name}": (1, r) for name, r in columns.items()})
+    values["vec"] = vec
+    values.update({f"fuse.{name}": False for name in space.nest.produced})
+    # The most rows the registers hold, fewer where the space caps the accumulators.
+    mr_max = _rows(space, row, per_row)
+    for mr in sorted({r for _, r in _choices(space, row.name) if r <= mr_max}, reverse=True):
+        config = space.make({**values, f"tile.{row.name}": (1, mr)})
+        if space.check(config) is None:
+            return config
+    return None
+
+
+def _operands(space: ContractionSpace):
+    """``(inner, lane_ops, row, col)`` of a nest with a reduction: the innermost spatial
+    axis (the lanes), the inputs read along it, the longest axis they do not index (the
+    register tile's rows) and the longest one only they index (its second column), or
+    None where there is no such row."""
+    nest = space.nest
+    if not nest.reduction:
+        return None
+    inner = nest.spatial[-1]
+    # Operands along the lanes: read at them innermost, or at a plain axis that the
+    # packed copy moves innermost (a dense layer's weights, laid out [n, k]).
+    lane_ops = [
+        a
+        for a in nest.inputs
+        if a.dims and ((inner.name, 1) in a.dims[-1] or ((inner.name, 1),) in a.dims)
+    ]
+    lane_axes = {n for acc in lane_ops for terms in acc.dims for n, _ in terms}
+    rows = [a for a in nest.spatial[:-1] if a.name not in lane_axes]
+    if not lane_ops or not rows:
+        return None
+    # Of equal extents the inner one (an NHWC conv's columns q, not its rows p): on the
+    # Zen 3's PoCL the 56x56x64 conv ran 175 GFLOP/s in 4 of q by 16 channels, 146 in p.
+    row = max(rows, key=lambda a: (a.extent, nest.spatial.index(a)))
+    # An axis the lane operands index and the broadcast ones do not (an NCHW conv's
+    # output rows): tiling it adds vectors to the register tile, as a wider ``nr`` would.
+    other_axes = {n for acc in nest.inputs if acc not in lane_ops for t in acc.dims for n, _ in t}
+    cols = [
+        a
+        for a in nest.spatial[:-1]
+        if a.name in lane_axes and a.name not in other_axes and a.extent > 1
+    ]
+    return inner, lane_ops, row, max(cols, key=lambda a: a.extent, default=None)
+
+
+def _rows(space: ContractionSpace, row, per_row: int) -> int:
+    """The register tile's rows: as many as leave room in the vector registers for one
+    row of operand vectors and a broadcast (0 where not even one row fits)."""
+    mr_max = max(1, (space.limits.vector_registers - per_row - 1) // per_row)
+    return max((r for _, r in _choices(space, row.name) if r <= mr_max), default=0)
+
+
 def _choices(space: ContractionSpace, axis: str) -> list[tuple[int, int]]:
     return list(space.knob(f"tile.{axis}").choices)
 
@@ -98,13 +173,15 @@ def _whole_registers(vec: int, lanes: int) -> bool:
     return vec <= lanes or vec % lanes == 0
 
 
-def _columns(space: ContractionSpace, inner, col, vec: int) -> dict | None:
+def _columns(space: ContractionSpace, inner, col, vec: int, tail_first=False) -> dict | None:
     """The register tile's columns: ``nr`` lanes along the inner axis (a multiple of
     ``vec``) times ``b`` along ``col``, together two registers of vectors where the axes
     allow (BLIS's 6x16 on AVX2), then the least padding, then the most along ``col``.
 
-    Ties go to ``col``: on an AVX2 Zen 3 ResNet's 28x28x128 conv ran 126 GFLOP/s in one
-    7-lane vector by 2 rows of the image and 112 in two 7-lane vectors along one row.
+    ``tail_first`` puts the least padding first (OpenCL, where a vector tail costs
+    kernels of its own). Ties go to ``col``: on an AVX2 Zen 3 ResNet's 28x28x128 conv
+    ran 126 GFLOP/s in one 7-lane vector by 2 rows of the image and 112 in two 7-lane
+    vectors along one row.
     """
     nrs = [r for m, r in _choices(space, inner.name) if m == 1 and r % vec == 0]
     bs = [r for m, r in _choices(space, col.name) if m == 1] if col is not None else [1]
@@ -117,7 +194,7 @@ def _columns(space: ContractionSpace, inner, col, vec: int) -> dict | None:
             waste = padded(inner.extent, nr) / inner.extent
             if col is not None:
                 waste *= padded(col.extent, b) / col.extent
-            k = (-regs, waste, -b)
+            k = (waste, -regs, -b) if tail_first else (-regs, waste, -b)
             if key is None or k < key:
                 best, key = {inner.name: nr} | ({col.name: b} if col is not None else {}), k
     return best
@@ -128,9 +205,8 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -
     lim = space.limits
     # Registers of one row of the tile: its vectors along the inner axis and ``col``.
     per_row = math.prod(columns.values()) // vec * space.vector_registers(vec)
-    mr_max = max(1, (lim.vector_registers - per_row - 1) // per_row)
+    mr = _rows(space, row, per_row)
     row_pairs = _choices(space, row.name)
-    mr = max((r for _, r in row_pairs if r <= mr_max), default=0)
     if not mr:
         return None
     default = space.default()
