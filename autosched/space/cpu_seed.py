@@ -29,7 +29,11 @@ along the output channels, and its second column of vectors along the image's ro
 in vectors that fill whole registers: on the Zen 3 ResNet's 3x3 convs at 56, 28, 14 and
 7 pixels ran 181, 123, 125 and 95 GFLOP/s so (numpy 74-136), where the earlier seeds
 (one image row, in 14-lane vectors, two AVX2 registers with one of them 6 lanes, but
-7 lanes at 7 pixels) had run 62, 64, 61 and 81.
+7 lanes at 7 pixels) had run 62, 64, 61 and 81. An NHWC convolution's lanes run along
+the output channels and its rows along the image's columns; a task that holds a whole
+row takes rows of the image too, and the padding runs as a loop of its own: ResNet's
+7x7x512 and 56x56x64 convs ran 87 and 182 GFLOP/s so on the Zen 3, 36 and 113 one image
+row per task with the padding fused (numpy 79 and 136).
 """
 
 from __future__ import annotations
@@ -218,6 +222,11 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -
     values["tile_inner"] = row.name
     for acc in nest.inputs:
         values[f"stage.{acc.buffer}"] = "pack" if acc in lane_ops else "global"
+    # A produced input (a conv's padding) is computed into its packed copy, or else by a
+    # loop of its own: inlined into the reads of an input read in place, every read is
+    # guarded.
+    for name in nest.produced:
+        values[f"fuse.{name}"] = values.get(f"stage.{name}") == "pack"
     chunk = _reduction_chunks(space, lane_ops, columns)
     values["reduce_at"] = "tile" if all(c == a.extent for a, c in chunk.items()) else "block"
     last = nest.reduction[-1]
@@ -235,6 +244,19 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -
         if best is not None and space.groups(Config(trial)) < want:
             break
         best = trial
+    # A task that holds the whole row axis takes the other rows too, while the tasks last
+    # (an NHWC conv's image rows p once its columns q are done), so that each packs its
+    # panel once for all of them.
+    lane_axes = {n for acc in lane_ops for t in acc.dims for n, _ in t}
+    if best[f"tile.{row.name}"][0] * mr >= row.extent:
+        others = [a for a in nest.spatial[:-1] if a is not row and a.name not in lane_axes]
+        for ax in sorted(others, key=lambda a: -a.extent):
+            mids = {m for m, r in _choices(space, ax.name) if r == 1}
+            for m in sorted(m for m in mids if padded(ax.extent, m) <= ax.extent * (1 + 1 / 16)):
+                trial = {**best, f"tile.{ax.name}": (m, 1)}
+                if space.groups(Config(trial)) < want:
+                    break
+                best = trial
     config = space.make(best)
     return config if space.check(config) is None else None
 
