@@ -33,7 +33,9 @@ in vectors that fill whole registers: on the Zen 3 ResNet's 3x3 convs at 56, 28,
 the output channels and its rows along the image's columns; a task that holds a whole
 row takes rows of the image too, and the padding runs as a loop of its own: ResNet's
 7x7x512 and 56x56x64 convs ran 87 and 182 GFLOP/s so on the Zen 3, 36 and 113 one image
-row per task with the padding fused (numpy 79 and 136). A strided conv's image, read
+row per task with the padding fused (numpy 79 and 136); at 14x14x256 rows of the tile that
+pad the image's 14 columns to 16 give way to 14 rows of one register (57 -> 141 GFLOP/s,
+numpy 114-122). A strided conv's image, read
 along the lanes at a stride, is packed like any other: ResNet's stride-2 convs (3x3 at
 56 and 28 pixels, 1x1 at 56, the 7x7 stem) ran 72, 71, 68 and 75 GFLOP/s so (numpy
 71-128), where 48-trial searches without a seed had ended at 21, 62 and 54.
@@ -70,12 +72,36 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
     # Vectors that fill whole registers first, widest first: an AVX2 CPU ran the 14-lane
     # vectors of ResNet's 56- and 28-wide convs (two registers, one of 6 lanes) at 63-64
     # GFLOP/s, where the same tiles in 8 or 7 lanes ran 126-180.
+    first = None
     for vec in sorted(vecs, key=lambda v: (not _whole_registers(v, lanes), -v)):
-        columns = _columns(space, inner, col, vec)
-        config = _blocking(space, row, lane_ops, vec, columns) if columns else None
-        if config is not None:
-            return config
-    return None
+        for columns in _column_options(space, inner, col, vec):
+            config = _blocking(space, row, lane_ops, vec, columns)
+            if config is None:
+                continue
+            if first is None:
+                first = config
+            # Rows that pad their axis by more than a sixteenth give way to a tile of as
+            # many accumulators that does not: ResNet's 14x14x256 NHWC conv ran 57 GFLOP/s
+            # on the Zen 3 in 4 rows of 16 lanes (14 rows padded to 16) and 136 in 14
+            # rows of 8 (numpy 128-157).
+            if _row_waste(space, row, config) <= 1 / 16 and _accumulators(
+                space, config
+            ) >= _accumulators(space, first):
+                return config
+    return first
+
+
+def _row_waste(space: ContractionSpace, row, config: Config) -> float:
+    """How much the register tile's rows pad their axis, as a fraction of it."""
+    mr = config[f"tile.{row.name}"][1]
+    return padded(row.extent, mr) / row.extent - 1
+
+
+def _accumulators(space: ContractionSpace, config: Config) -> int:
+    """The vector registers the register tile's accumulators take."""
+    vec = config["vec"]
+    elems = math.prod(config[f"tile.{a.name}"][1] for a in space.nest.spatial)
+    return elems // vec * space.vector_registers(vec)
 
 
 def opencl_cpu_seed(space: ContractionSpace) -> Config | None:
@@ -184,6 +210,11 @@ def _whole_registers(vec: int, lanes: int) -> bool:
 
 
 def _columns(space: ContractionSpace, inner, col, vec: int, tail_first=False) -> dict | None:
+    options = _column_options(space, inner, col, vec, tail_first)
+    return options[0] if options else None
+
+
+def _column_options(space: ContractionSpace, inner, col, vec: int, tail_first=False) -> list:
     """The register tile's columns: ``nr`` lanes along the inner axis (a multiple of
     ``vec``) times ``b`` along ``col``, together two registers of vectors where the axes
     allow (BLIS's 6x16 on AVX2), then the least padding, then the most along ``col``.
@@ -195,7 +226,7 @@ def _columns(space: ContractionSpace, inner, col, vec: int, tail_first=False) ->
     """
     nrs = [r for m, r in _choices(space, inner.name) if m == 1 and r % vec == 0]
     bs = [r for m, r in _choices(space, col.name) if m == 1] if col is not None else [1]
-    best, key = None, None
+    options = []
     for nr in nrs:
         for b in bs:
             regs = nr // vec * space.vector_registers(vec) * b
@@ -205,9 +236,8 @@ def _columns(space: ContractionSpace, inner, col, vec: int, tail_first=False) ->
             if col is not None:
                 waste *= padded(col.extent, b) / col.extent
             k = (waste, -regs, -b) if tail_first else (-regs, waste, -b)
-            if key is None or k < key:
-                best, key = {inner.name: nr} | ({col.name: b} if col is not None else {}), k
-    return best
+            options.append((k, {inner.name: nr} | ({col.name: b} if col is not None else {})))
+    return [columns for _, columns in sorted(options, key=lambda o: o[0])]
 
 
 def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -> Config | None:
