@@ -84,14 +84,13 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
             # many accumulators that does not: ResNet's 14x14x256 NHWC conv ran 57 GFLOP/s
             # on the Zen 3 in 4 rows of 16 lanes (14 rows padded to 16) and 136 in 14
             # rows of 8 (numpy 128-157).
-            if _row_waste(space, row, config) <= 1 / 16 and _accumulators(
-                space, config
-            ) >= _accumulators(space, first):
+            unpadded = _row_waste(row, config) <= 1 / 16
+            if unpadded and _accumulators(space, config) >= _accumulators(space, first):
                 return config
     return first
 
 
-def _row_waste(space: ContractionSpace, row, config: Config) -> float:
+def _row_waste(row, config: Config) -> float:
     """How much the register tile's rows pad their axis, as a fraction of it."""
     mr = config[f"tile.{row.name}"][1]
     return padded(row.extent, mr) / row.extent - 1
