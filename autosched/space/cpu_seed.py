@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace
 
 MAX_UNROLL = 4  # reduction iterations the seed unrolls (the prior's "a little unrolling")
+PAD = 1 / 16  # the most a seed's register tiles or blocks pad an axis, as a fraction of it
 
 
 def cpu_seed(space: ContractionSpace) -> Config | None:
@@ -84,7 +85,7 @@ def cpu_seed(space: ContractionSpace) -> Config | None:
             # many accumulators that does not: ResNet's 14x14x256 NHWC conv ran 57 GFLOP/s
             # on the Zen 3 in 4 rows of 16 lanes (14 rows padded to 16) and 136 in 14
             # rows of 8 (numpy 128-157).
-            unpadded = _row_waste(row, config) <= 1 / 16
+            unpadded = _row_waste(row, config) <= PAD
             if unpadded and _accumulators(space, config) >= _accumulators(space, first):
                 return config
     return first
@@ -124,7 +125,6 @@ def opencl_cpu_seed(space: ContractionSpace) -> Config | None:
         return None
     inner, _, row, col = found
     lanes = max(1, space.limits.vector_lanes)
-    extent = {a.name: a.extent for a in space.nest.spatial}
     best, key = None, None
     for vec in space.knob("vec").choices:
         if vec > 2 * lanes or not _whole_registers(vec, lanes):
@@ -132,9 +132,8 @@ def opencl_cpu_seed(space: ContractionSpace) -> Config | None:
         columns = _columns(space, inner, col, vec, tail_first=True)
         if columns is None:
             continue
-        regs = math.prod(columns.values()) // vec * space.vector_registers(vec)
-        waste = math.prod(padded(extent[n], r) / extent[n] for n, r in columns.items())
-        k = (-min(vec, lanes), waste, -regs, -vec)
+        regs = _column_registers(space, columns, vec)
+        k = (-min(vec, lanes), _column_waste(space, columns), -regs, -vec)
         if key is None or k < key:
             best, key = (vec, columns, regs), k
     if best is None:
@@ -174,7 +173,7 @@ def _operands(space: ContractionSpace, strided: bool = False):
     lane_ops = [
         a for a in nest.inputs if a.dims and (along(a.dims[-1]) or ((inner.name, 1),) in a.dims)
     ]
-    lane_axes = {n for acc in lane_ops for terms in acc.dims for n, _ in terms}
+    lane_axes = _axes(lane_ops)
     rows = [a for a in nest.spatial[:-1] if a.name not in lane_axes]
     if not lane_ops or not rows:
         return None
@@ -183,13 +182,18 @@ def _operands(space: ContractionSpace, strided: bool = False):
     row = max(rows, key=lambda a: (a.extent, nest.spatial.index(a)))
     # An axis the lane operands index and the broadcast ones do not (an NCHW conv's
     # output rows): tiling it adds vectors to the register tile, as a wider ``nr`` would.
-    other_axes = {n for acc in nest.inputs if acc not in lane_ops for t in acc.dims for n, _ in t}
+    other_axes = _axes(acc for acc in nest.inputs if acc not in lane_ops)
     cols = [
         a
         for a in nest.spatial[:-1]
         if a.name in lane_axes and a.name not in other_axes and a.extent > 1
     ]
     return inner, lane_ops, row, max(cols, key=lambda a: a.extent, default=None)
+
+
+def _axes(accesses) -> set[str]:
+    """The loop axes that index any of ``accesses``."""
+    return {n for acc in accesses for terms in acc.dims for n, _ in terms}
 
 
 def _rows(space: ContractionSpace, row, per_row: int) -> int:
@@ -228,22 +232,32 @@ def _column_options(space: ContractionSpace, inner, col, vec: int, tail_first=Fa
     options = []
     for nr in nrs:
         for b in bs:
-            regs = nr // vec * space.vector_registers(vec) * b
+            columns = {inner.name: nr} | ({col.name: b} if col is not None else {})
+            regs = _column_registers(space, columns, vec)
             if regs > 2:
                 continue
-            waste = padded(inner.extent, nr) / inner.extent
-            if col is not None:
-                waste *= padded(col.extent, b) / col.extent
+            waste = _column_waste(space, columns)
             k = (waste, -regs, -b) if tail_first else (-regs, waste, -b)
-            options.append((k, {inner.name: nr} | ({col.name: b} if col is not None else {})))
+            options.append((k, columns))
     return [columns for _, columns in sorted(options, key=lambda o: o[0])]
+
+
+def _column_registers(space: ContractionSpace, columns: dict, vec: int) -> int:
+    """The vector registers one row of the register tile takes: its ``vec``-lane vectors
+    along the inner axis and ``col``."""
+    return math.prod(columns.values()) // vec * space.vector_registers(vec)
+
+
+def _column_waste(space: ContractionSpace, columns: dict) -> float:
+    """How many times over the columns' tiles pad their axes (1.0: not at all)."""
+    extent = {a.name: a.extent for a in space.nest.spatial}
+    return math.prod(padded(extent[n], r) / extent[n] for n, r in columns.items())
 
 
 def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -> Config | None:
     nest = space.nest
     lim = space.limits
-    # Registers of one row of the tile: its vectors along the inner axis and ``col``.
-    per_row = math.prod(columns.values()) // vec * space.vector_registers(vec)
+    per_row = _column_registers(space, columns, vec)
     mr = _rows(space, row, per_row)
     row_pairs = _choices(space, row.name)
     if not mr:
@@ -272,7 +286,7 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -
     # task packs its panel once for all of them), in blocks that add at most a sixteenth
     # to the rows the register tiles walk.
     want = 4 * max(1, lim.cores)
-    least = padded(row.extent, mr) * (1 + 1 / 16)
+    least = padded(row.extent, mr) * (1 + PAD)
     best = None
     for m in sorted({m for m, r in row_pairs if r == mr and padded(row.extent, m * r) <= least}):
         trial = {**values, f"tile.{row.name}": (m, mr)}
@@ -282,12 +296,12 @@ def _blocking(space: ContractionSpace, row, lane_ops, vec: int, columns: dict) -
     # A task that holds the whole row axis takes the other rows too, while the tasks last
     # (an NHWC conv's image rows p once its columns q are done), so that each packs its
     # panel once for all of them.
-    lane_axes = {n for acc in lane_ops for t in acc.dims for n, _ in t}
+    lane_axes = _axes(lane_ops)
     if best[f"tile.{row.name}"][0] * mr >= row.extent:
         others = [a for a in nest.spatial[:-1] if a is not row and a.name not in lane_axes]
         for ax in sorted(others, key=lambda a: -a.extent):
             mids = {m for m, r in _choices(space, ax.name) if r == 1}
-            for m in sorted(m for m in mids if padded(ax.extent, m) <= ax.extent * (1 + 1 / 16)):
+            for m in sorted(m for m in mids if padded(ax.extent, m) <= ax.extent * (1 + PAD)):
                 trial = {**best, f"tile.{ax.name}": (m, 1)}
                 if space.groups(Config(trial)) < want:
                     break
