@@ -8,6 +8,8 @@ targets through real TVM codegen, PoCL and the host CPU.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -47,7 +49,8 @@ def _space(devices, target, op, **params):
 def _guarded(space, config) -> bool:
     """Whether some tile of ``config`` does not divide its axis (a guard or a vector tail)."""
     inner = space.nest.spatial[-1]
-    return space.pad_waste(config) > 1 or inner.extent % config["vec"] != 0
+    blocks = any(a.extent % math.prod(config[f"tile.{a.name}"]) for a in space.nest.spatial)
+    return blocks or space.pad_waste(config) > 1 or inner.extent % config["vec"] != 0
 
 
 def _check_all(workers, space, configs) -> None:
@@ -160,6 +163,10 @@ def test_guarded_and_vector_tail_matmuls_are_correct(devices, workers, target):
     configs += [base.replace(**tail)]  # B unstaged: a padded copy, made by its own loop
     if target == "llvm":
         configs += [base.replace(**tail, tile_inner="i")]
+        # Blocks of register tiles cut short: 7 tiles of 2 rows in blocks of 4, 5 of 8
+        # columns in blocks of 2.
+        blocks = {**tail, "tile.i": (4, 2), "tile.j": (2, 8)}
+        configs += [base.replace(**blocks), base.replace(**blocks, **{"stage.B": stage})]
         configs += [c.replace(reduce_at="block") for c in configs]
     else:  # OpenCL: kernels of their own pad B and copy C out of the padded output
         program = build(space, base.replace(**tail))
@@ -172,8 +179,8 @@ def test_guarded_and_vector_tail_matmuls_are_correct(devices, workers, target):
     _check_all(workers, space, configs)
 
 
-def test_llvm_pads_spatial_tails_to_whole_blocks_where_opencl_guards_them(devices):
-    """On llvm a matmul's spatial axes are padded to whole blocks (no guard in the
+def test_llvm_pads_spatial_tails_to_whole_register_tiles_where_opencl_guards_them(devices):
+    """On llvm a matmul's spatial axes are padded to whole register tiles (no guard in the
     register tile's reduction loop, where it kept the accumulators out of registers);
     OpenCL keeps its guards. The reduction's tail stays guarded on both."""
     from autosched.space.schedule import schedule
@@ -190,6 +197,39 @@ def test_llvm_pads_spatial_tails_to_whole_blocks_where_opencl_guards_them(device
     chunks = {"tile.i": (1, 13), "tile.j": (37, 1), "tile.k": (8, 4), "vec": 1}
     chunked = schedule(llvm, llvm.default().replace(**chunks)).script()
     assert "T.where" in chunked and "A_pad" not in chunked  # K=29 in chunks of 8: guarded
+
+
+def test_llvm_cuts_a_last_block_short_by_whole_register_tiles_above_the_reduction(devices):
+    """257 rows in register tiles of 4 are padded to 260, not to whole blocks. Blocks of
+    16 tiles end in a block of one, whose guard names only the block and mid loops: TVM's
+    HoistIfThenElse lifts it above the reduction loop, so the register tile's loops carry
+    no guard. The axis also takes blocks of 13 tiles and one of all 65."""
+    import tvm
+    from tvm import s_tir
+
+    from autosched.space.schedule import schedule
+
+    llvm = _space(devices, "llvm", "matmul", M=257, N=512, K=129)
+    assert {(13, 4), (16, 4), (65, 4)} <= set(llvm.knob("tile.i").choices)
+    tiles = {"tile.i": (16, 4), "tile.j": (1, 16), "tile.k": (129, 1), "vec": 16}
+    config = llvm.default().replace(**tiles, **{"stage.B": "pack"})
+    assert llvm.check(config) is None
+    assert llvm.pad_waste(config) == pytest.approx(260 / 257)
+    mod = schedule(llvm, config)
+    assert "A_pad = T.sblock_alloc_buffer((260, 129))" in mod.script()
+    lower = [
+        s_tir.transform.LowerInitBlock(),
+        s_tir.transform.ConvertBlocksToOpaque(),
+        s_tir.transform.LowerOpaqueBlock(),
+        s_tir.transform.HoistIfThenElse(),
+    ]
+    lines = [ln.strip() for ln in tvm.ir.transform.Sequential(lower)(mod).script().splitlines()]
+    guards = [i for i, ln in enumerate(lines) if ln.startswith("if ")]
+    assert guards and all(lines[i].endswith("< 65:") for i in guards), guards
+    assert any(lines[i + 1].startswith("for k_1 in range(129)") for i in guards)
+    # One block of all 65 tiles: nothing guarded.
+    whole = schedule(llvm, config.replace(**{"tile.i": (65, 4)})).script()
+    assert "T.where" not in whole
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -33,9 +33,12 @@ the powers of two that pad it by at most :data:`~autosched.space.space.MAX_PAD_W
 prime axis of 127 gets register tiles of 8 and 16, a reduction of 333 chunks of 64); the
 last tile along the axis is cut short by a guard (TVM's split with a non-dividing factor
 predicates the block). On llvm, where the nest reads its inputs at plain axes, the
-spatial axes are padded to whole blocks instead, as for a vector tail below: a guard
-inside the register tile kept LLVM from holding its accumulators in registers
-(:func:`autosched.space.contraction_schedule._pad_blocks`). The vector lanes are split
+spatial axes are padded to whole register tiles instead, as for a vector tail below: a
+guard inside the register tile kept LLVM from holding its accumulators in registers
+(:func:`autosched.space.contraction_schedule._pad_blocks`). A block of register tiles
+that does not divide its axis is cut short by a guard on whole tiles, which TVM lifts
+above the reduction, so such an axis also takes blocks of any tile size of its tiles (a
+257-row matmul: one block of 65 tiles of 4 rows). The vector lanes are split
 off the innermost axis first, so its guard is on whole vectors and the lanes stay one
 vector instruction (a guard on the lanes would make TVM scalarise them). ``vec`` divides
 the innermost axis, or, where the nest reads its inputs at plain axes (matmul, dense,
@@ -102,7 +105,7 @@ import numpy as np
 
 from autosched.space.config import Config
 from autosched.space.contraction_features import describe_cpu, describe_gpu
-from autosched.space.contraction_knobs import inner_widths, make_knobs
+from autosched.space.contraction_knobs import inner_widths, make_knobs, whole_tiles
 from autosched.space.cpu_seed import cpu_seed, opencl_cpu_seed
 from autosched.space.im2col import rewritten_nest, tail_placement, window_rows
 from autosched.space.loopnest import LoopNest, analyze
@@ -259,14 +262,16 @@ class ContractionSpace(Space):
     def pad_waste(self, config: Config) -> float:
         """Iterations walked over iterations needed: 1.0 when every tile divides its axis.
 
-        A spatial axis is padded to whole tiles of ``threads * reg`` (llvm: ``mid * reg``),
-        a reduction axis to whole chunks; the guards skip the padding's work but not its
-        loop trips.
+        A spatial axis is walked in whole tiles of ``threads * reg`` (llvm: ``mid * reg``),
+        a reduction axis in whole chunks; the guards skip the padding's work but not its
+        loop trips. On llvm, an axis walked in whole register tiles (:func:`whole_tiles`)
+        is walked to whole register tiles only: its last block's guard skips whole tiles,
+        above their reduction loops.
         """
         walked = needed = 1
         for a in self.nest.spatial:
             t, r = config[f"tile.{a.name}"]
-            walked *= padded(a.extent, t * r)
+            walked *= padded(a.extent, r if whole_tiles(self, a.extent, r) else t * r)
             needed *= a.extent
         for a in self.nest.reduction:
             walked *= padded(a.extent, config[f"tile.{a.name}"][0])

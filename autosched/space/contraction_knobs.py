@@ -76,15 +76,24 @@ def _fusion_knobs(space: ContractionSpace) -> list[Knob]:
     return knobs + [Knob(f"fuse.{name}", (True, False)) for name in space.nest.produced]
 
 
+def whole_tiles(space: ContractionSpace, extent: int, reg: int) -> bool:
+    """llvm: whether an axis of ``extent`` is walked in whole register tiles of ``reg``,
+    so that a block of tiles that does not divide it is cut short by a guard on whole
+    tiles: where ``reg`` divides the axis, or where the nest is padded to whole tiles
+    (TVM's ``pad_einsum``, see :func:`autosched.space.contraction_schedule._pad_blocks`).
+    """
+    return space.target == "llvm" and (space.nest.einsum or extent % reg == 0)
+
+
 def _cpu_knobs(space: ContractionSpace) -> list[Knob]:
     knobs = []
     for ax in space.nest.spatial:
-        pairs = [
-            (m, r)
-            for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS)
-            for m in tile_sizes(ax.extent, ax.extent)
-            if fits(ax.extent, m * r)
-        ]
+        pairs = set()
+        for r in tile_sizes(ax.extent, MAX_REG_PER_AXIS):
+            pairs.update((m, r) for m in tile_sizes(ax.extent, ax.extent) if fits(ax.extent, m * r))
+            if whole_tiles(space, ax.extent, r):  # blocks of any tile size of the tiles
+                tiles = -(-ax.extent // r)
+                pairs.update((m, r) for m in tile_sizes(tiles, tiles))
         knobs.append(Knob(f"tile.{ax.name}", tuple(sorted(pairs))))
     knobs += _reduction_and_vec_knobs(space, MAX_CHUNK_CPU)
     if space.nest.reduction:

@@ -187,26 +187,24 @@ def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str
 
 
 def _pad_blocks(sch, space: Space, config: Config, block) -> tuple[dict[str, object], object]:
-    """llvm: pad each spatial axis of an einsum nest to whole blocks (``mid * reg``) where
-    they do not divide it, and the innermost to whole vectors; other nests as OpenCL.
+    """llvm: pad each spatial axis of an einsum nest to whole register tiles where they
+    do not divide it (the innermost's are whole vectors); other nests as OpenCL.
 
-    A guarded tail puts the guard inside the register tile's reduction loop, where it
-    kept LLVM from holding the accumulators in registers: on an AVX2 Zen 3, a 4x16 tile
-    with B packed ran the 257x512x129 matmul at 48 GFLOP/s guarded and 114 padded, the
-    251x509x127 one at 54 and 138 (256x512x129, nothing to pad: 188). Padding a
-    reduction's chunks instead of guarding them gained nothing there (127x1000x333,
-    chunks of 32 and 64), so those keep their guards.
+    A guarded tail inside a register tile puts the guard inside its reduction loop, where
+    it kept LLVM from holding the accumulators in registers: on an AVX2 Zen 3, a 4x16
+    tile with B packed ran the 257x512x129 matmul at 48 GFLOP/s guarded and 114 padded,
+    the 251x509x127 one at 54 and 138 (256x512x129, nothing to pad: 188). A last block
+    of fewer register tiles is guarded, on whole tiles (:func:`_split_tiles`): padded to
+    whole blocks instead, 257 rows in blocks of 256 would compute 512. Padding a
+    reduction's chunks instead of guarding them gained nothing (127x1000x333, chunks of
+    32 and 64), so those keep their guards.
     """
     if not space.nest.einsum:
         return _pad_vector_tail(sch, space, config, block)
-    inner = space.nest.spatial[-1].name
     factors = {}
     for ax in space.nest.spatial:
-        m, r = config[f"tile.{ax.name}"]
-        factor = m * r if ax.extent % (m * r) else 1
-        if ax.name == inner and space.vector_tail(config):
-            factor = math.lcm(factor, int(config["vec"]))
-        factors[ax.name] = factor
+        r = config[f"tile.{ax.name}"][1]  # a multiple of vec on the lanes' axis
+        factors[ax.name] = r if ax.extent % r else 1
     return _pad(sch, space, block, factors)
 
 
@@ -298,10 +296,11 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     vec_loop = None
     for ax in nest.spatial:
         m, r = config[f"tile.{ax.name}"]
-        if ax.name == inner:
-            o, mid, ro, vec_loop = _split_inner(sch, by_axis[ax.name], [m, r // vec], vec)
+        if ax.name == inner:  # the lanes first: a guard is on whole vectors (_split_inner)
+            vectors, vec_loop = sch.split(by_axis[ax.name], [None, vec])
+            o, mid, ro = _split_tiles(sch, vectors, m, r // vec)
         else:
-            o, mid, ro = sch.split(by_axis[ax.name], [None, m, r])
+            o, mid, ro = _split_tiles(sch, by_axis[ax.name], m, r)
         outer.append(o)
         mids[ax.name] = mid
         regs.append(ro)
@@ -360,6 +359,21 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
 
     sch.parallel(par)
     _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
+
+
+def _split_tiles(sch, loop, mid: int, reg: int) -> tuple:
+    """Split an llvm axis into ``(outer, mid, reg)`` loops, the register tile first.
+
+    Where blocks of ``mid`` tiles do not divide the axis but ``reg`` does (after
+    padding: :func:`_pad_blocks`), TVM's guard is then on whole register tiles: a
+    condition on the block and mid loops alone, which its HoistIfThenElse lifts above
+    the reduction, so the accumulators stay in registers. Split ``[outer, mid, reg]`` at
+    once, the guard would name the register tile's loop too and stay inside the
+    reduction (see :func:`_pad_blocks`).
+    """
+    tiles, inner = sch.split(loop, [None, reg])
+    outer, mids = sch.split(tiles, [None, mid])
+    return outer, mids, inner
 
 
 def _move_last(sch, block, dim: int, ndim: int) -> None:
