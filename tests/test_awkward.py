@@ -232,33 +232,6 @@ def test_llvm_cuts_a_last_block_short_by_whole_register_tiles_above_the_reductio
     assert "T.where" not in whole
 
 
-def test_opencl_work_items_that_walk_several_register_tiles_compute_the_reference(devices, workers):
-    """On a CPU driver a work-item may compute several register tiles along an axis, one
-    after another (``walk.<axis>``): with guarded and vector tails, staged inputs fetched
-    by several work-items, a fused epilogue and a conv's two walked axes."""
-    space = _space(devices, "opencl", "matmul", M=30, N=37, K=31)
-    walks = [k.choices for k in space.knobs if k.name.startswith("walk.")]
-    assert walks == [(1, 2, 3, 4, 5, 6, 8, 10, 15, 16, 30, 32)]
-    base = space.default()
-    chosen = [
-        {"tile.i": (1, 2), "tile.j": (1, 8), "tile.k": (31, 1), "vec": 8, "walk.i": 2},
-        {"tile.i": (2, 1), "tile.j": (1, 8), "tile.k": (8, 4), "vec": 8, "walk.i": 4},
-        {"tile.i": (2, 2), "tile.j": (2, 4), "tile.k": (8, 2), "vec": 4, "walk.i": 2}
-        | {"stage.A": "local", "stage.B": "local"},
-        {"tile.i": (1, 1), "tile.j": (1, 4), "tile.k": (4, 4), "vec": 4, "walk.i": 30},
-    ]
-    configs = [base.replace(**c) for c in chosen]
-    assert [space.groups(c) for c in configs] == [40, 20, 20, 10]
-    _check_all(workers, space, configs)
-    dense = _space(devices, "opencl", "dense", m=8, n=37, k=24, epilogue="bias_relu")
-    walked = {"tile.i": (1, 2), "tile.j": (1, 8), "vec": 8, "walk.i": 2}
-    _check_all(workers, dense, [dense.default().replace(**walked, fuse=f) for f in (True, False)])
-    conv = _space(devices, "opencl", "conv2d", n=1, c=8, h=6, w=16, k=16, r=3, s=3, pad=1)
-    both = {"tile.k": (1, 4), "tile.p": (1, 2), "tile.q": (1, 8), "vec": 8}
-    both |= {"walk.k": 2, "walk.p": 3}
-    _check_all(workers, conv, [conv.default().replace(**both)])
-
-
 @pytest.mark.parametrize("target", TARGETS)
 def test_dense_with_odd_n_and_a_fused_epilogue_is_correct(devices, workers, target):
     space = _space(devices, target, "dense", m=9, n=37, k=23, epilogue="bias_gelu")

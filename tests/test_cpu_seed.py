@@ -13,7 +13,6 @@ import autosched
 from autosched.measure.device import select_device
 from autosched.measure.runner import TimingOptions
 from autosched.records.sqlite import SQLiteDatabase
-from autosched.space.cpu_seed import GROUPS_PER_UNIT
 from autosched.space.device import device_limits
 from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits, padded
@@ -195,19 +194,10 @@ def test_opencl_on_a_cpu_seeds_one_work_item_per_group_with_a_register_tile(limi
     assert padded(n, nr) == min(padded(n, lanes), padded(n, 2 * lanes)), seed
     if n % (2 * lanes) == 0:
         assert nr == 2 * lanes, seed
-    # The work-item walks register tiles down the rows: as many as leave every compute
-    # unit GROUPS_PER_UNIT groups (one more would not), padding M by a sixteenth at most.
-    walk = seed["walk.i"]
-    want = GROUPS_PER_UNIT * limits.compute_units
-    assert walk > 1 and space.groups(seed) >= want, seed
-    more = [w for w in space.knob("walk.i").choices if w > walk]
-    if more and padded(m, more[0] * mr) <= padded(m, mr) * 17 / 16:
-        assert space.groups(seed.replace(**{"walk.i": more[0]})) < want, seed
 
 
-def test_opencl_on_a_gpu_has_no_seed_and_no_walk():
-    gpu = _matmul_space(GPU, 512, 512, 512, target="opencl")
-    assert gpu.seeds() == [] and not any(k.name.startswith("walk.") for k in gpu.knobs)
+def test_opencl_on_a_gpu_has_no_seed():
+    assert _matmul_space(GPU, 512, 512, 512, target="opencl").seeds() == []
     wl = autosched.workload("conv2d", n=1, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1)
     assert make_space(wl, target="opencl", limits=GPU).seeds() == []
 
@@ -221,12 +211,8 @@ def test_an_opencl_conv_seed_pads_apart_and_takes_image_rows_or_columns(layout):
     wl = autosched.workload(
         "conv2d", n=1, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1, layout=layout
     )
-    space = make_space(wl, target="opencl", limits=POCL_AVX2)
-    (seed,) = space.seeds()
+    (seed,) = make_space(wl, target="opencl", limits=POCL_AVX2).seeds()
     assert seed["fuse.pad"] is False and all(seed[f"tile.{a}"][0] == 1 for a in "kpq"), seed
-    # It walks one tile (walking 16 tiles of 4 channels in NCHW: 38 against 100); the
-    # knob is searched.
-    assert all(space.walk(seed, a) == 1 for a in "npqk") and "walk.p" in space._by_name
     if layout == "NCHW":
         assert (seed["tile.k"], seed["tile.p"], seed["tile.q"], seed["vec"]) == (
             (1, 4),

@@ -251,27 +251,18 @@ class ContractionSpace(Space):
         unroll = math.prod(config[f"tile.{a.name}"][1] for a in self.nest.reduction)
         return self.reg_elems(config) // config["vec"] * unroll
 
-    def walk(self, config: Config, axis: str) -> int:
-        """Register tiles along ``axis`` one work-item computes one after another
-        (``walk.<axis>``, OpenCL on a CPU driver; 1 elsewhere)."""
-        name = f"walk.{axis}"
-        return int(self.value(config, name)) if name in self._by_name else 1
-
-    def block(self, config: Config, axis: str) -> int:
-        """Extent of ``axis`` one work-group (llvm: one task) covers."""
-        t, r = config[f"tile.{axis}"]
-        return t * self.walk(config, axis) * r
-
     def groups(self, config: Config) -> int:
         """Work-groups (OpenCL) or parallel tasks (llvm): the blocks the output is cut into
         (the last along an axis cut short where the tile does not divide it)."""
-        return math.prod(-(-a.extent // self.block(config, a.name)) for a in self.nest.spatial)
+        return math.prod(
+            -(-a.extent // (config[f"tile.{a.name}"][0] * config[f"tile.{a.name}"][1]))
+            for a in self.nest.spatial
+        )
 
     def pad_waste(self, config: Config) -> float:
         """Iterations walked over iterations needed: 1.0 when every tile divides its axis.
 
-        A spatial axis is walked in whole blocks (:meth:`block`: ``threads * walk * reg``,
-        llvm ``mid * reg``),
+        A spatial axis is walked in whole tiles of ``threads * reg`` (llvm: ``mid * reg``),
         a reduction axis in whole chunks; the guards skip the padding's work but not its
         loop trips. On llvm, an axis walked in whole register tiles (:func:`whole_tiles`)
         is walked to whole register tiles only: its last block's guard skips whole tiles,
@@ -279,9 +270,8 @@ class ContractionSpace(Space):
         """
         walked = needed = 1
         for a in self.nest.spatial:
-            r = config[f"tile.{a.name}"][1]
-            tile = r if whole_tiles(self, a.extent, r) else self.block(config, a.name)
-            walked *= padded(a.extent, tile)
+            t, r = config[f"tile.{a.name}"]
+            walked *= padded(a.extent, r if whole_tiles(self, a.extent, r) else t * r)
             needed *= a.extent
         for a in self.nest.reduction:
             walked *= padded(a.extent, config[f"tile.{a.name}"][0])

@@ -43,7 +43,6 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "log_unroll": math.log2(unroll),
         "log_red": math.log2(red_total),
         "log_work_items": math.log2(threads * groups),
-        "log_walk": sum(math.log2(space.walk(config, a.name)) for a in space.nest.spatial),
         "item_loads_per_step": float(item_loads),
         "intensity": reg / max(item_loads, 1),
         "local_bytes": float(space.local_mem_bytes(config)),
@@ -65,7 +64,6 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         feats[f"s{i}_log_threads"] = math.log2(t)
         feats[f"s{i}_log_reg"] = math.log2(r)
         feats[f"s{i}_log_extent"] = math.log2(ax.extent)
-        feats[f"s{i}_log_walk"] = math.log2(space.walk(config, ax.name))
     inlined = space.inlined_producers(config)
     for acc in space.nest.inputs:
         feats[f"stage_{acc.buffer}"] = float(config[f"stage.{acc.buffer}"] == "local")

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 MAX_REG_PER_AXIS = 64
 MAX_THREADS_PER_AXIS = 256
 MAX_CHUNK = 64
-MAX_WALK = 64
 MAX_CHUNK_CPU = 1024  # a CPU cache block of the reduction may be long
 STAGES_CPU = ("global", "pack")
 REDUCE_AT = ("tile", "block")
@@ -42,23 +41,7 @@ def make_knobs(space: ContractionSpace) -> list[Knob]:
     knobs += _reduction_and_vec_knobs(space, MAX_CHUNK)
     for acc in space.nest.inputs:
         knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
-    return knobs + _fusion_knobs(space) + _walk_knobs(space)
-
-
-def _walk_knobs(space: ContractionSpace) -> list[Knob]:
-    """OpenCL on a CPU driver: ``walk.<axis>``, how many register tiles along ``axis``
-    one work-item computes one after another (1: one tile, as before the knob; optional,
-    so earlier records keep their keys), for each axis but the lanes'. A CPU driver runs a
-    group's work-items one after another too, but each walks the whole kernel: a
-    work-item's own loop over tiles keeps the other operand's panel in L1 for all of
-    them, as llvm's mid loop does."""
-    if not space.limits.is_cpu:
-        return []
-    return [
-        Knob(f"walk.{ax.name}", tuple(tile_sizes(ax.extent, MAX_WALK)), optional=True)
-        for ax in space.nest.spatial[:-1]
-        if ax.extent > 1
-    ]
+    return knobs + _fusion_knobs(space)
 
 
 def _reduction_and_vec_knobs(space: ContractionSpace, max_chunk: int) -> list[Knob]:

@@ -104,7 +104,7 @@ def _apply(sch, space: Space, config: Config) -> None:
     loops = sch.get_loops(block)
     by_axis = dict(zip((a.name for a in nest.axes), loops))
 
-    groups, threads, walks, regs = [], [], [], []
+    groups, threads, regs = [], [], []
     vec_loop = None
     inner = nest.spatial[-1].name
     vec = int(config["vec"])
@@ -114,17 +114,13 @@ def _apply(sch, space: Space, config: Config) -> None:
             g, th, ro, rv = _split_inner(sch, by_axis[ax.name], [t, r // vec], vec)
             regs.append(ro)
             vec_loop = rv
-        elif space.walk(config, ax.name) > 1:  # the work-item's tiles, one after another
-            g, th, walk, ro = sch.split(by_axis[ax.name], [None, t, space.walk(config, ax.name), r])
-            walks.append(walk)
-            regs.append(ro)
         else:
             g, th, ro = sch.split(by_axis[ax.name], [None, t, r])
             regs.append(ro)
         groups.append(g)
         threads.append(th)
     red_outer, red_mid, red_inner = _split_reductions(sch, nest, config, by_axis)
-    sch.reorder(*groups, *threads, *walks, *red_outer, *red_mid, *red_inner, *regs, vec_loop)
+    sch.reorder(*groups, *threads, *red_outer, *red_mid, *red_inner, *regs, vec_loop)
     bx = sch.fuse(*groups)
     tx = sch.fuse(*threads)
     sch.bind(bx, "blockIdx.x")
@@ -143,8 +139,8 @@ def _apply(sch, space: Space, config: Config) -> None:
                 read_index = [r.source.name for r in sch.get(block).reads].index(acc.buffer)
                 cache = sch.cache_read(block, read_index, "shared")
             sch.compute_at(cache, red_outer[-1])
-            # Loops above the copy: group, thread, walks, then each reduction's outer loop.
-            copy_loops = sch.get_loops(cache)[2 + len(walks) + len(red_outer) :]
+            # Loops above the copy: group, thread, then each reduction's outer loop.
+            copy_loops = sch.get_loops(cache)[2 + len(red_outer) :]
             if not copy_loops:  # a single element per chunk: every work-item loads it
                 continue
             fused = sch.fuse(*copy_loops)
@@ -157,7 +153,7 @@ def _apply(sch, space: Space, config: Config) -> None:
     # the write-back would be scalarised, and the OpenCL compiler would then keep the
     # accumulators in memory (5x slower on PoCL).
     acc_block = sch.cache_write(block, 0, "local")
-    sch.reverse_compute_at(acc_block, walks[-1] if walks else tx)
+    sch.reverse_compute_at(acc_block, tx)
     if unpad is not None:
         separate.append(unpad)
     if nest.epilogue and config.get("fuse", True):
@@ -165,7 +161,7 @@ def _apply(sch, space: Space, config: Config) -> None:
             sch.reverse_compute_inline(sch.get_sblock(name))
     # TVM drops unit loops, so the write-back nest may have fewer loops than axes; with
     # vec > 1 the innermost axis has a tile of at least vec and is the last loop.
-    wb_loops = list(sch.get_loops(acc_block)[2 + len(walks) :])
+    wb_loops = list(sch.get_loops(acc_block)[2:])
     if vec > 1:
         wb_o, wb_v = sch.split(wb_loops.pop(), [None, vec])
         sch.vectorize(wb_v)

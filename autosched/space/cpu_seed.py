@@ -56,10 +56,6 @@ if TYPE_CHECKING:
 
 MAX_UNROLL = 4  # reduction iterations the seed unrolls (the prior's "a little unrolling")
 PAD = 1 / 16  # the most a seed's register tiles or blocks pad an axis, as a fraction of it
-# OpenCL on a CPU driver: the fewest groups per compute unit a seed's walk leaves. On the
-# AVX2 Zen 3's PoCL, 256x512x128 ran 142 GFLOP/s walking 8 or 16 tiles of 4 rows (256 or
-# 128 groups), 120 walking 64 (32 groups) and 115 walking one (2048), 8 interleaved rounds.
-GROUPS_PER_UNIT = 64
 
 
 def cpu_seed(space: ContractionSpace) -> Config | None:
@@ -154,36 +150,8 @@ def opencl_cpu_seed(space: ContractionSpace) -> Config | None:
     for mr in sorted({r for _, r in _choices(space, row.name) if r <= mr_max}, reverse=True):
         config = space.make({**values, f"tile.{row.name}": (1, mr)})
         if space.check(config) is None:
-            return _walk_rows(space, config, row)
+            return config
     return None
-
-
-def _walk_rows(space: ContractionSpace, config: Config, row) -> Config:
-    """The OpenCL seed's work-item walks several register tiles down the rows, sharing
-    the lane operand's panel in L1 as llvm's row blocks do: as many as leave every
-    compute unit :data:`GROUPS_PER_UNIT` groups, in blocks that pad the rows by at most a
-    sixteenth more than the tiles do.
-
-    Only a nest that reads its inputs at plain axes (matmul, dense, batched) walks: on
-    the Zen 3's PoCL, walking 8 to 32 tiles ran the 256x512x128, 512^3 and 127x1000x333
-    matmuls 4-16 % faster than one tile (6 interleaved rounds each); ResNet's 56x56x64
-    conv ran the same walking 14 tiles in NHWC, and walking 16 tiles of 4 channels in
-    NCHW fell from 100 GFLOP/s to 38 (4 tiles: 107). The knob is searched everywhere."""
-    name = f"walk.{row.name}"
-    if name not in {k.name for k in space.knobs} or not space.nest.einsum:
-        return config
-    mr = config[f"tile.{row.name}"][1]
-    want = GROUPS_PER_UNIT * max(1, space.limits.compute_units)
-    least = padded(row.extent, mr) * (1 + PAD)
-    best = config
-    for w in space.knob(name).choices:
-        trial = space.make({**config, name: w})
-        if padded(row.extent, w * mr) > least or space.check(trial) is not None:
-            continue
-        if space.groups(trial) < want:
-            break
-        best = trial
-    return best
 
 
 def _operands(space: ContractionSpace, strided: bool = False):
