@@ -7,6 +7,8 @@ records code as matmul; these tests hold the whole path to what a user cares abo
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 import autosched
@@ -102,3 +104,76 @@ def test_dense_epilogue_fused_and_unfused_is_correct(target):
             assert space.scratch(config) == (() if fuse else ("Y",))
             outcome = w.measure(build(space, config), data, QUICK)
             assert outcome.status == "ok", (fuse, outcome.error)
+
+
+# OpenCL on a CPU driver: inputs along the lanes packed into panels by a kernel of their
+# own. (operator, parameters, configs over the default); every one computes the reference.
+PANELS = [
+    (
+        "matmul",
+        dict(M=13, N=37, K=29),  # N padded to whole vectors: the padded copy is the packed one
+        [
+            {"tile.i": (1, 2), "tile.j": (1, 8), "tile.k": (29, 1), "vec": 8},
+            {"tile.i": (13, 1), "tile.j": (1, 8), "tile.k": (4, 2), "vec": 4, "stage.A": "local"},
+            {"tile.i": (1, 13), "tile.j": (1, 1), "tile.k": (1, 1), "vec": 1},
+        ],
+    ),
+    ("matmul", dict(M=16, N=32, K=8), [{"tile.i": (1, 4), "tile.j": (1, 16), "vec": 16}]),
+    (  # W laid out [n, k]: its panels run along the reduction
+        "dense",
+        dict(m=9, n=37, k=23, epilogue="bias_gelu"),
+        [
+            {"tile.i": (1, 2), "tile.j": (1, 8), "vec": 8},
+            {"tile.j": (1, 8), "vec": 8, "fuse": False},
+        ],
+    ),
+    ("batch_matmul", dict(b=3, m=5, n=24, k=7), [{"tile.j": (1, 8), "vec": 8}]),
+    (
+        "conv2d",
+        dict(n=1, c=8, h=7, w=7, k=16, r=3, s=3, pad=1, layout="NHWC"),
+        [{"tile.k": (1, 8), "vec": 8}, {"tile.k": (1, 16), "tile.q": (1, 7), "vec": 8}],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "op,params,chosen", PANELS, ids=[f"{op}-{i}" for i, (op, _, _) in enumerate(PANELS)]
+)
+def test_opencl_inputs_packed_into_panels_compute_the_reference(op, params, chosen):
+    wl = autosched.workload(op, **params)
+    device = select_device()
+    space = make_space(wl, target="opencl", limits=device.limits)
+    (packed,) = [
+        a.buffer for a in space.nest.inputs if "pack" in space.knob(f"stage.{a.buffer}").choices
+    ]
+    base = space.default().replace(**{f"stage.{packed}": "pack"})
+    configs = [base.replace(**c) for c in chosen]
+    data = make_data(wl, seed=6)
+    with MeasureWorker(device) as w:
+        for config in configs:
+            assert space.check(config) is None, config
+            program = build(space, config)
+            # A kernel of its own writes the panels: [n / reg, ..., n % reg].
+            reg = config[f"tile.{space.nest.spatial[-1].name}"][1]
+            (panels,) = [
+                t
+                for t in program.tensors
+                if t.role == "scratch" and t.shape[-1] == reg and t.name.startswith(packed)
+            ]
+            assert len(program.kernels) >= 2
+            outcome = w.measure(program, data, QUICK)
+            assert outcome.status == "ok", (config, outcome.error)
+
+
+def test_opencl_panels_take_register_tiles_that_divide_their_axis_and_not_on_a_gpu():
+    wl = autosched.workload("matmul", M=13, N=37, K=29)
+    space = make_space(wl, target="opencl", limits=select_device().limits)
+    # N=37 padded to 38 by 2-lane vectors: panels of 4 columns do not divide it.
+    config = space.default().replace(**{"tile.j": (1, 4), "vec": 2, "stage.B": "pack"})
+    assert "stage.B=pack takes register tiles that divide axis j of 38" in space.check(config)
+    assert space.check(config.replace(**{"stage.B": "global"})) is None
+    gpu = dataclasses.replace(select_device().limits, is_cpu=False)
+    assert make_space(wl, target="opencl", limits=gpu).knob("stage.B").choices == (
+        "global",
+        "local",
+    )

@@ -180,8 +180,9 @@ def test_opencl_on_a_cpu_seeds_one_work_item_per_group_with_a_register_tile(limi
     kernels of their own, 75 GFLOP/s on the Zen 3's PoCL where 8 x 8 ran 120-125)."""
     m, n, k = shape
     space = _matmul_space(limits, m, n, k, target="opencl")
-    (seed,) = space.seeds()
-    assert space.check(seed) is None
+    seed, twin = space.seeds()  # and the same tile with B packed into panels
+    assert space.check(seed) is None and space.check(twin) is None
+    assert twin == seed.replace(**{"stage.B": "pack"})
     lanes, registers = limits.vector_lanes, limits.vector_registers
     (threads_i, mr), (threads_j, nr) = seed["tile.i"], seed["tile.j"]
     assert threads_i == threads_j == 1 and seed["tile.k"] == (1, 1)
@@ -211,7 +212,9 @@ def test_an_opencl_conv_seed_pads_apart_and_takes_image_rows_or_columns(layout):
     wl = autosched.workload(
         "conv2d", n=1, c=64, h=56, w=56, k=64, r=3, s=3, stride=1, pad=1, layout=layout
     )
-    (seed,) = make_space(wl, target="opencl", limits=POCL_AVX2).seeds()
+    seed, *twin = make_space(wl, target="opencl", limits=POCL_AVX2).seeds()
+    # NHWC's weights run along the lanes, the channels: they may be packed into panels.
+    assert twin == ([seed.replace(**{"stage.weight": "pack"})] if layout == "NHWC" else [])
     assert seed["fuse.pad"] is False and all(seed[f"tile.{a}"][0] == 1 for a in "kpq"), seed
     if layout == "NCHW":
         assert (seed["tile.k"], seed["tile.p"], seed["tile.q"], seed["vec"]) == (
@@ -256,9 +259,11 @@ def test_a_tune_measures_the_seed_right_after_the_default_and_it_computes_the_re
     quick = TimingOptions(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.01)
     autosched.tune(wl, trials=3, batch=2, target=target, db=db, seed=1, timing=quick)
     space = make_space(wl, target=target, limits=select_device(target=target).limits)
-    (seed,) = space.seeds()
+    seeds = space.seeds()  # OpenCL: the seed and its twin with B packed into panels
+    assert len(seeds) == (2 if target == "opencl" else 1)
     with SQLiteDatabase(db) as store:
         records = store.query(workload_key=wl.key, target=target)
     by_key = {r.config_key: r for r in records}
-    assert seed.key in by_key, [r.config for r in records]
-    assert by_key[seed.key].status == "ok", by_key[seed.key].error  # checked, then timed
+    for seed in seeds:
+        assert seed.key in by_key, [r.config for r in records]
+        assert by_key[seed.key].status == "ok", by_key[seed.key].error  # checked, then timed

@@ -15,7 +15,12 @@ Knobs for ``target="opencl"`` (all derived from the loop nest, see
 * ``vec``: explicit vector width on the innermost spatial axis (``float16`` and
   friends in the OpenCL C). Must divide that axis' register tile.
 * ``stage.<input>``: ``"global"`` (read directly) or ``"local"`` (staged per chunk in
-  local memory by the whole work-group).
+  local memory by the whole work-group); on a CPU driver also ``"pack"`` for an input
+  indexed by the innermost axis (a matmul's B, a dense layer's or an NHWC conv's
+  weights): a kernel of its own copies it into panels of one register tile's columns,
+  each contiguous along the other axes, so a work-item streams its operand as llvm's
+  packed tasks do (:func:`~autosched.space.contraction_knobs.panel_input`). The panels
+  take register tiles that divide the innermost axis (after a vector tail's padding).
 * ``fuse``: present when the workload has an epilogue; ``True`` computes it in the
   main kernel from the register accumulators, ``False`` runs it as its own kernel.
 * ``fuse.<input>`` for each input of the main stage that a producer computes (a
@@ -106,7 +111,7 @@ import numpy as np
 from autosched.space.config import Config
 from autosched.space.contraction_features import describe_cpu, describe_gpu
 from autosched.space.contraction_knobs import inner_widths, make_knobs, whole_tiles
-from autosched.space.cpu_seed import cpu_seed, opencl_cpu_seed
+from autosched.space.cpu_seed import cpu_seed, opencl_cpu_seed, packed_twin
 from autosched.space.im2col import rewritten_nest, tail_placement, window_rows
 from autosched.space.loopnest import LoopNest, analyze
 from autosched.space.space import (
@@ -330,7 +335,12 @@ class ContractionSpace(Space):
                 f"work-group of {threads} work-items exceeds the device limit "
                 f"{self.limits.max_work_group_size}"
             )
-        reason = self._check_register_tile(config) or self.rows and tail_placement(self, config)
+        reason = (
+            self._check_register_tile(config)
+            or self.rows
+            and tail_placement(self, config)
+            or self._check_panels(config)
+        )
         if reason:
             return reason
         registers = self.limits.registers_per_group
@@ -345,6 +355,20 @@ class ContractionSpace(Space):
             return (
                 f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
             )
+        return None
+
+    def _check_panels(self, config: Config) -> str | None:
+        """OpenCL: an input packed into panels is cut into whole register tiles of the
+        innermost axis (after its vector tail's padding)."""
+        inner = self.nest.spatial[-1]
+        extent = padded(inner.extent, config["vec"])
+        reg = config[f"tile.{inner.name}"][1]
+        for acc in self.nest.inputs:
+            if config[f"stage.{acc.buffer}"] == "pack" and extent % reg:
+                return (
+                    f"stage.{acc.buffer}=pack takes register tiles that divide axis "
+                    f"{inner.name} of {extent}; {reg} does not"
+                )
         return None
 
     def max_reg_elems(self, vec: int) -> int:
@@ -436,10 +460,21 @@ class ContractionSpace(Space):
     def seeds(self) -> list[Config]:
         """llvm: the blocking BLIS's analytical model picks from the CPU's fingerprint;
         OpenCL on a CPU driver: its register tile for one work-item per group
-        (:mod:`autosched.space.cpu_seed`); none on a GPU."""
+        (:mod:`autosched.space.cpu_seed`), read in place and, where an input can be,
+        packed into panels; none on a GPU.
+
+        Both OpenCL seeds are measured, as which one pays depends on the device and the
+        shape. On the AVX2 Zen 3's PoCL (5 interleaved rounds each, GFLOP/s in place
+        against packed): 251x509x127 96 and 122, 257x512x129 116 and 148, a dense layer
+        of 64x768x768 72 and 136 (its weights are read across their rows in place); a
+        dense layer of 16x1000x512, each panel read by 2 work-items, 84 and 58; ResNet's
+        56x56x64 NHWC conv, whose weights stay in the caches, 176 and 166.
+        """
         if not hasattr(self, "_seeds"):
             seed = cpu_seed(self) if self.target == "llvm" else opencl_cpu_seed(self)
             self._seeds = [seed] if seed is not None else []
+            if seed is not None and self.target == "opencl":
+                self._seeds += packed_twin(self, seed)
         return list(self._seeds)
 
     def describe(self, config: Config) -> dict[str, float]:

@@ -32,6 +32,7 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
     item_tile = {a.name: config[f"tile.{a.name}"][1] for a in space.nest.spatial}
     item_loads = sum(acc.footprint(item_tile) for acc in space.nest.inputs)
     staged = sum(config[f"stage.{acc.buffer}"] == "local" for acc in space.nest.inputs)
+    packed = [acc for acc in space.nest.inputs if config[f"stage.{acc.buffer}"] == "pack"]
     inner = space.nest.spatial[-1]
     feats: dict[str, float] = {
         "log_threads": math.log2(threads),
@@ -47,6 +48,11 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "intensity": reg / max(item_loads, 1),
         "local_bytes": float(space.local_mem_bytes(config)),
         "staged": float(staged),
+        "packed": float(len(packed)),
+        # How many work-items read each panel of a packed input: what its copy pays for.
+        "log_panel_reads": max(
+            (math.log2(_panel_reads(space, config, a)) for a in packed), default=0.0
+        ),
         "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
         "producer_kernels": float(len(space.unfused_producers(config))),
         "inner_reg": float(config[f"tile.{inner.name}"][1]),
@@ -67,9 +73,21 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
     inlined = space.inlined_producers(config)
     for acc in space.nest.inputs:
         feats[f"stage_{acc.buffer}"] = float(config[f"stage.{acc.buffer}"] == "local")
+        feats[f"pack_{acc.buffer}"] = float(acc in packed)
         if acc.buffer in space.nest.produced:
             feats[f"inline_{acc.buffer}"] = float(acc.buffer in inlined)
     return feats
+
+
+def _panel_reads(space: ContractionSpace, config: Config, acc) -> int:
+    """Register tiles that read each element of ``acc``: those along the axes it does not
+    index."""
+    used = {name for terms in acc.dims for name, _ in terms}
+    return math.prod(
+        -(-a.extent // config[f"tile.{a.name}"][1])
+        for a in space.nest.spatial
+        if a.name not in used
+    )
 
 
 def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:

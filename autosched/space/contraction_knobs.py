@@ -40,8 +40,27 @@ def make_knobs(space: ContractionSpace) -> list[Knob]:
         knobs.append(Knob(f"tile.{ax.name}", tuple(pairs)))
     knobs += _reduction_and_vec_knobs(space, MAX_CHUNK)
     for acc in space.nest.inputs:
-        knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local")))
+        pack = ("pack",) if panel_input(space, acc) else ()
+        knobs.append(Knob(f"stage.{acc.buffer}", ("global", "local", *pack)))
     return knobs + _fusion_knobs(space)
+
+
+def panel_input(space: ContractionSpace, acc) -> bool:
+    """OpenCL on a CPU driver: whether ``acc`` may be packed into panels (``stage=pack``).
+
+    An input read along the reduction with a dimension that is the innermost output axis
+    (a matmul's B, a dense layer's weights, an NHWC conv's), computed by no producer. On
+    a GPU the panels would cost the work-items of a warp their coalesced reads, so it is
+    not offered there.
+    """
+    inner = space.nest.spatial[-1].name
+    reduction = {a.name for a in space.nest.reduction}
+    return (
+        space.limits.is_cpu
+        and ((inner, 1),) in acc.dims
+        and any(name in reduction for terms in acc.dims for name, _ in terms)
+        and acc.buffer not in space.nest.produced
+    )
 
 
 def _reduction_and_vec_knobs(space: ContractionSpace, max_chunk: int) -> list[Knob]:

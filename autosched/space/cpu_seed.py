@@ -154,6 +154,17 @@ def opencl_cpu_seed(space: ContractionSpace) -> Config | None:
     return None
 
 
+def packed_twin(space: ContractionSpace, config: Config) -> list[Config]:
+    """``config`` with every input that can be packed into panels (OpenCL's
+    ``stage=pack``) packed, where that is valid; [] where no input can be."""
+    values = {k.name: space.value(config, k.name) for k in space.knobs}
+    for acc in space.nest.inputs:
+        if "pack" in space.knob(f"stage.{acc.buffer}").choices:
+            values[f"stage.{acc.buffer}"] = "pack"
+    twin = space.make(values)
+    return [twin] if twin != config and space.check(twin) is None else []
+
+
 def _operands(space: ContractionSpace, strided: bool = False):
     """``(inner, lane_ops, row, col)`` of a nest with a reduction: the innermost spatial
     axis (the lanes), the inputs read along it, the longest axis they do not index (the
