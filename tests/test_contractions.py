@@ -133,6 +133,16 @@ PANELS = [
         dict(n=1, c=8, h=7, w=7, k=16, r=3, s=3, pad=1, layout="NHWC"),
         [{"tile.k": (1, 8), "vec": 8}, {"tile.k": (1, 16), "tile.q": (1, 7), "vec": 8}],
     ),
+    (  # rows of 7: the im2col matrix, whose producer writes the panels (past a vector
+        # tail, its zero-padded copy does)
+        "conv2d",
+        dict(n=1, c=8, h=7, w=7, k=16, r=3, s=3, pad=1),
+        [
+            {"fuse.pad_reindex": False, "tile.pq": (1, 8), "vec": 8, "tile.k": (1, 4)},
+            {"fuse.pad_reindex": False, "tile.pq": (1, 7), "tile.k": (1, 4)},
+            {"fuse.pad_reindex": False, "tile.pq": (7, 7)},
+        ],
+    ),
 ]
 
 
@@ -172,6 +182,11 @@ def test_opencl_panels_take_register_tiles_that_divide_their_axis_and_not_on_a_g
     config = space.default().replace(**{"tile.j": (1, 4), "vec": 2, "stage.B": "pack"})
     assert "stage.B=pack takes register tiles that divide axis j of 38" in space.check(config)
     assert space.check(config.replace(**{"stage.B": "global"})) is None
+    conv = autosched.workload("conv2d", n=1, c=8, h=7, w=7, k=16, r=3, s=3, pad=1)
+    space = make_space(conv, target="opencl", limits=select_device().limits)
+    config = space.default().replace(**{"stage.pad_reindex": "pack"})
+    assert config["fuse.pad_reindex"] is True
+    assert "writes the panels in a kernel of its own: fuse.pad_reindex=False" in space.check(config)
     gpu = dataclasses.replace(select_device().limits, is_cpu=False)
     assert make_space(wl, target="opencl", limits=gpu).knob("stage.B").choices == (
         "global",

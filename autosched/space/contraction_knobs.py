@@ -49,9 +49,9 @@ def panel_input(space: ContractionSpace, acc) -> bool:
     """OpenCL on a CPU driver: whether ``acc`` may be packed into panels (``stage=pack``).
 
     An input read along the reduction with a dimension that is the innermost output axis
-    (a matmul's B, a dense layer's weights, an NHWC conv's), computed by no producer. On
-    a GPU the panels would cost the work-items of a warp their coalesced reads, so it is
-    not offered there.
+    (a matmul's B, a dense layer's weights, an NHWC conv's, the im2col matrix of an NCHW
+    conv's rows, whose producer then writes the panels). On a GPU the panels would cost
+    the work-items of a warp their coalesced reads, so it is not offered there.
     """
     inner = space.nest.spatial[-1].name
     reduction = {a.name for a in space.nest.reduction}
@@ -59,7 +59,6 @@ def panel_input(space: ContractionSpace, acc) -> bool:
         space.limits.is_cpu
         and ((inner, 1),) in acc.dims
         and any(name in reduction for terms in acc.dims for name, _ in terms)
-        and acc.buffer not in space.nest.produced
     )
 
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from autosched.space.config import Config
 from autosched.space.im2col import rewrite
 from autosched.space.loopnest import analyze
+from autosched.space.opencl_copies import pack_panels, schedule_elementwise
 
 if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace as Space
@@ -95,8 +96,12 @@ def _apply(sch, space: Space, config: Config) -> None:
             sch.compute_inline(producer)
         produced = {}
     into_staging, unfused = _place_producers(sch, produced, space, config)
+    panels = {}  # input -> the block that writes its panels
+    for buffer, producer in produced.items():
+        if config[f"stage.{buffer}"] == "pack":  # unfused (the space's check)
+            unfused.remove(producer)
+            panels[buffer] = producer
     separate = _separate_blocks(sch, nest, config, unfused)
-    panels = {}
     for buffer, pad in pads.items():
         if config[f"stage.{buffer}"] == "local":
             into_staging[buffer] = pad
@@ -177,47 +182,13 @@ def _apply(sch, space: Space, config: Config) -> None:
         sch.unroll(lp)
 
     for own in separate:
-        _schedule_elementwise(sch, own, vec)
+        schedule_elementwise(sch, own, vec)
     for buffer, copy in panels.items():
         (acc,) = (a for a in nest.inputs if a.buffer == buffer)
         dim = acc.dims.index(((inner, 1),))
-        _pack_panels(sch, copy, dim, config[f"tile.{inner}"][1], vec)
+        pack_panels(sch, copy, dim, config[f"tile.{inner}"][1], vec)
 
     _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
-
-
-def _pack_panels(sch, copy, dim: int, reg: int, vec: int) -> None:
-    """OpenCL: the kernel of its own that copies an input into panels of ``reg`` columns
-    of its dimension ``dim`` (the innermost output axis), each panel one contiguous run
-    over the other dimensions: a matmul's ``B[k, n]`` becomes ``[n / reg, k, n % reg]``, a
-    dense layer's ``W[n, k]`` the same. A work-item then reads its register tile's
-    operand in one stream of whole vectors, as llvm's packing does per task. One
-    work-item copies one row of a panel; 64 per group.
-
-    On an AVX2 Zen 3's PoCL (Debian, pthread), a 4x16 register tile per work-item: 512^3
-    81 GFLOP/s in place, 133 packed (numpy 131-140); 256x512x128, 90 and 121; with 8x8
-    tiles, 127x1000x333 ran alike in one run (91 and 90), 117 and 129 in another.
-    """
-    from tvm.tirx import IndexMap
-
-    def to_panels(*i):
-        rest = i[:dim] + i[dim + 1 :]
-        return (i[dim] // reg, *rest, i[dim] % reg)
-
-    ndim = len(sch.get(copy).writes[0].region)
-    sch.transform_layout(
-        copy, ("write", 0), IndexMap.from_func(to_panels, ndim=ndim, index_dtype="int32")
-    )
-    loops = list(sch.get_loops(copy))
-    panel, column = sch.split(loops.pop(dim), [None, reg])
-    sch.reorder(panel, *loops, column)
-    group, item = sch.split(sch.fuse(panel, *loops), [None, 64])
-    sch.bind(group, "blockIdx.x")
-    sch.bind(item, "threadIdx.x")
-    if vec > 1:
-        vectors, lanes = sch.split(column, [None, vec])
-        sch.vectorize(lanes)
-        sch.unroll(vectors)
 
 
 def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str, object], object]:
@@ -294,31 +265,6 @@ def _split_inner(sch, loop, factors: list[int], vec: int) -> list:
         return list(sch.split(loop, [None, *factors, 1]))
     vectors, lanes = sch.split(loop, [None, vec])
     return [*sch.split(vectors, [None, *factors]), lanes]
-
-
-def _schedule_elementwise(sch, block, vec: int) -> None:
-    """Its own kernel: one work-item per ``vec`` consecutive outputs, 64 per group.
-
-    Where no group of at least 8 divides the outputs (odd extents: copying the real
-    outputs out of a padded one), a group is 64 consecutive outputs along the last axis,
-    the last of each row guarded (single-item groups are slow).
-    """
-    loops = sch.get_loops(block)
-    total = math.prod(int(sch.get(lp).extent) for lp in loops)
-    v = vec if total % vec == 0 else 1
-    per_group = 64
-    while total % (per_group * v):
-        per_group //= 2
-    if per_group >= 8:
-        g, t, inner = sch.split(sch.fuse(*loops), [None, per_group, v])
-        sch.bind(g, "blockIdx.x")
-        sch.bind(t, "threadIdx.x")
-        if v > 1:
-            sch.vectorize(inner)
-        return
-    outer, t = sch.split(loops[-1], [None, 64])
-    sch.bind(sch.fuse(*loops[:-1], outer), "blockIdx.x")
-    sch.bind(t, "threadIdx.x")
 
 
 def _apply_cpu(sch, space: Space, config: Config) -> None:
