@@ -233,11 +233,11 @@ class Tuner:
 
         Where the device is the host's CPU (llvm, the IREE targets, an OpenCL CPU driver
         such as PoCL), the builds run on the cores that the kernels are timed on, so the
-        whole batch is built before the first measurement: on the AVX2 Zen 3's PoCL, a
-        batch's first configs, timed while the rest built, read 71 GFLOP/s where the same
-        config ran 120 alone, and a first pass that far behind is not timed again
-        (``AGAIN_WITHIN``). A config that fails in any pass (a wrong result, a hang) is
-        recorded as that failure.
+        whole batch is built before the first measurement (on the AVX2 Zen 3's PoCL a
+        batch's first configs had been timed while up to 15 others built; one read 71
+        GFLOP/s there, 120 alone, and a first pass 2.5x behind the batch's fastest is not
+        timed again: ``AGAIN_WITHIN``). A config that fails in any pass (a wrong result, a
+        hang) is recorded as that failure.
         """
         futures = [self._submit(c) for c in configs]
         self.worker.timeout_s = self.timeout_s  # a shared worker serves other timeouts too
