@@ -49,7 +49,7 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "local_bytes": float(space.local_mem_bytes(config)),
         "staged": float(staged),
         "packed": float(len(packed)),
-        # How many work-items read each panel of a packed input: what its copy pays for.
+        # How many register tiles read each panel of a packed input: what its copy pays for.
         "log_panel_reads": max(
             (math.log2(_panel_reads(space, config, a)) for a in packed), default=0.0
         ),
@@ -150,6 +150,10 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "reduce_block": float(block_order),
         "pass_footprint_kb": sum(acc.footprint(pass_tile) for acc in nest.inputs) * itemsize / 1024,
         "packed": float(len(packed)),
+        "log_panel_reads": max(
+            (math.log2(_panel_reads(space, config, a)) for a in nest.inputs if a.buffer in packed),
+            default=0.0,
+        ),
         "pack_kb": space.pack_bytes(config) / 1024,
         "log_tasks_per_core": math.log2(tasks / cores),
         "imbalance": math.ceil(tasks / cores) * cores / tasks,
