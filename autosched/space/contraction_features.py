@@ -49,10 +49,7 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "local_bytes": float(space.local_mem_bytes(config)),
         "staged": float(staged),
         "packed": float(len(packed)),
-        # How many register tiles read each panel of a packed input: what its copy pays for.
-        "log_panel_reads": max(
-            (math.log2(_panel_reads(space, config, a)) for a in packed), default=0.0
-        ),
+        "log_panel_reads": _log_panel_reads(space, config, packed),
         "fuse": float(bool(config["fuse"])) if "fuse" in config else 1.0,
         "producer_kernels": float(len(space.unfused_producers(config))),
         "inner_reg": float(config[f"tile.{inner.name}"][1]),
@@ -79,15 +76,20 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
     return feats
 
 
-def _panel_reads(space: ContractionSpace, config: Config, acc) -> int:
-    """Register tiles that read each element of ``acc``: those along the axes it does not
-    index."""
-    used = {name for terms in acc.dims for name, _ in terms}
-    return math.prod(
-        -(-a.extent // config[f"tile.{a.name}"][1])
-        for a in space.nest.spatial
-        if a.name not in used
-    )
+def _log_panel_reads(space: ContractionSpace, config: Config, packed) -> float:
+    """log2 of how many register tiles read each element of a packed input (those along
+    the axes it does not index), the most of ``packed``; 0 where none is packed: what
+    the input's copy pays for."""
+    most = 1
+    for acc in packed:
+        used = {name for terms in acc.dims for name, _ in terms}
+        reads = math.prod(
+            -(-a.extent // config[f"tile.{a.name}"][1])
+            for a in space.nest.spatial
+            if a.name not in used
+        )
+        most = max(most, reads)
+    return math.log2(most)
 
 
 def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
@@ -150,9 +152,8 @@ def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "reduce_block": float(block_order),
         "pass_footprint_kb": sum(acc.footprint(pass_tile) for acc in nest.inputs) * itemsize / 1024,
         "packed": float(len(packed)),
-        "log_panel_reads": max(
-            (math.log2(_panel_reads(space, config, a)) for a in nest.inputs if a.buffer in packed),
-            default=0.0,
+        "log_panel_reads": _log_panel_reads(
+            space, config, [a for a in nest.inputs if a.buffer in packed]
         ),
         "pack_kb": space.pack_bytes(config) / 1024,
         "log_tasks_per_core": math.log2(tasks / cores),
