@@ -417,7 +417,7 @@ class ContractionSpace(Space):
             ):
                 return f"vec_axis={axis} takes register tiles that divide their axes"
             for acc in self.nest.inputs:
-                if any(name == axis for terms in acc.dims for name, _ in terms) and (
+                if axis in acc.axes and (
                     config.get(f"stage.{acc.buffer}") != "pack" or ((axis, 1),) not in acc.dims
                 ):
                     return f"vec_axis={axis} needs stage.{acc.buffer}=pack (its lanes innermost)"

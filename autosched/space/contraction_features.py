@@ -82,7 +82,7 @@ def _log_panel_reads(space: ContractionSpace, config: Config, packed) -> float:
     the input's copy pays for."""
     most = 1
     for acc in packed:
-        used = {name for terms in acc.dims for name, _ in terms}
+        used = acc.axes
         reads = math.prod(
             -(-a.extent // config[f"tile.{a.name}"][1])
             for a in space.nest.spatial

@@ -55,11 +55,7 @@ def panel_input(space: ContractionSpace, acc) -> bool:
     """
     inner = space.nest.spatial[-1].name
     reduction = {a.name for a in space.nest.reduction}
-    return (
-        space.limits.is_cpu
-        and ((inner, 1),) in acc.dims
-        and any(name in reduction for terms in acc.dims for name, _ in terms)
-    )
+    return space.limits.is_cpu and ((inner, 1),) in acc.dims and bool(acc.axes & reduction)
 
 
 def _reduction_and_vec_knobs(space: ContractionSpace, max_chunk: int) -> list[Knob]:

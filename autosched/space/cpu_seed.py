@@ -204,7 +204,7 @@ def _operands(space: ContractionSpace, strided: bool = False):
 
 def _axes(accesses) -> set[str]:
     """The loop axes that index any of ``accesses``."""
-    return {n for acc in accesses for terms in acc.dims for n, _ in terms}
+    return set().union(*(acc.axes for acc in accesses))
 
 
 def _rows(space: ContractionSpace, row, per_row: int) -> int:

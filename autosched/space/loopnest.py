@@ -36,6 +36,11 @@ class Access:
     dims: tuple[tuple[tuple[str, int], ...], ...]
     extents: tuple[int, ...]
 
+    @property
+    def axes(self) -> frozenset[str]:
+        """The loop axes this access is indexed by, in any of its dimensions."""
+        return frozenset(name for terms in self.dims for name, _ in terms)
+
     def footprint(self, tile: dict[str, int]) -> int:
         """Elements touched when each axis ranges over ``tile[axis]`` consecutive values."""
         total = 1
@@ -93,8 +98,7 @@ def _classify_cached(key: str, workload: Workload) -> str:
         return "rowwise"
     spatial = {a.name for a in nest.spatial}
     for acc in nest.inputs:
-        used = {name for terms in acc.dims for name, _ in terms}
-        if spatial - used:
+        if spatial - acc.axes:
             return "contraction"
     return "rowwise"
 
