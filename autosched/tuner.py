@@ -11,7 +11,6 @@ import concurrent.futures as cf
 import dataclasses
 import logging
 import math
-import multiprocessing as mp
 import os
 import signal
 import socket
@@ -24,7 +23,7 @@ import numpy as np
 from autosched.measure.build import BuildResult
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
-from autosched.measure.lifeline import exit_with_parent
+from autosched.measure.lifeline import child_context, exit_with_parent
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import Workload, workload_from_json
@@ -71,13 +70,13 @@ def _build_task(
     return BuildResult(program, OK, "", time.perf_counter() - start)
 
 
-def _build_worker_init(show_output: bool) -> None:
+def _build_worker_init(show_output: bool, parent: int) -> None:
     """Ctrl-C is the tuning process's to handle: it shuts the build pool down itself; a
     build worker whose tuning process was killed exits instead of waiting forever; and
     what compilers print goes to the terminal only in verbose mode (TVM reports its
     errors as exceptions, which become the records' messages)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    exit_with_parent()
+    exit_with_parent(parent=parent)
     if not show_output:
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, 1)
@@ -93,17 +92,19 @@ class BuildPool:
     """A process pool that survives a crashing build. Started on the first build; a
     device's session shares one among the workloads it tunes."""
 
-    def __init__(self, workers: int) -> None:
+    def __init__(self, workers: int, *, tvm: bool = True) -> None:
+        """``tvm``: the builds use TVM (every target but IREE's)."""
         self.workers = workers
+        self.tvm = tvm
         self._pool: cf.ProcessPoolExecutor | None = None
 
     def submit(self, *args) -> cf.Future:
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(
                 self.workers,
-                mp_context=mp.get_context("spawn"),
+                mp_context=child_context(tvm=self.tvm),
                 initializer=_build_worker_init,
-                initargs=(log.isEnabledFor(logging.INFO),),
+                initargs=(log.isEnabledFor(logging.INFO), os.getpid()),
             )
         return self._pool.submit(_build_task, *args)
 
@@ -172,7 +173,9 @@ class Tuner:
         self.timeout_s = timeout_s
         self._owns = (worker is None, builders is None)
         self.worker = worker or MeasureWorker(device, timeout_s=timeout_s)
-        self.builders = builders or BuildPool(build_workers or default_build_workers())
+        self.builders = builders or BuildPool(
+            build_workers or default_build_workers(), tvm=not target.startswith("iree")
+        )
 
     def close(self) -> None:
         if self._owns[0]:

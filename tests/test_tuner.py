@@ -22,6 +22,7 @@ from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.config import Config
 from autosched.space.select import make_space
 from tests.conftest import make_data
+from tests.test_farm import _marked
 
 QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=30, min_time_s=0.02)
 
@@ -124,6 +125,62 @@ def test_kill_mid_run_then_rerun_resumes(tmp_path):
     # The search phase (before the finalists are re-measured) never repeats a config:
     # nothing the killed run measured was measured again.
     assert len(set(keys[:13])) == 13
+
+
+def test_a_tuner_killed_alone_leaves_no_child_and_no_fork_server_behind(tmp_path):
+    """SIGKILL reaches the tuning process only: its build workers and measurement child,
+    forked by a fork server, see it gone and exit, and the server with them."""
+    db = tmp_path / "alone.db"
+    mark = f"killed-alone-{os.getpid()}-{time.time()}"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "tune", "--op", "matmul", "--shape", "96,64,64",
+         "--trials", "40", "--batch", "4", "--strategy", "random", "--db", str(db)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env=dict(os.environ, AUTOSCHED_TEST_MARK=mark),
+    )  # fmt: skip
+    deadline = time.time() + 180
+    while time.time() < deadline and not _stored(db):
+        time.sleep(0.2)
+    assert _stored(db), "no record was stored in time"
+    assert len(_marked(mark)) >= 3, _marked(mark)  # the tuner, the server, its children
+    proc.kill()
+    proc.wait()
+    deadline = time.time() + 20
+    while (left := _marked(mark)) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not left, f"processes left behind: {left}"
+
+
+def _stored(db) -> bool:
+    try:
+        with sqlite3.connect(db) as c:
+            return c.execute("select count(*) from records").fetchone()[0] > 0
+    except sqlite3.OperationalError:
+        return False
+
+
+def test_build_workers_and_measurement_children_start_with_tvm_imported(tmp_path):
+    """They are forked from a server that imported TVM once (about 3.5 s a process)."""
+    script = tmp_path / "probe.py"
+    script.write_text(
+        "import sys\n"
+        "from autosched.measure.lifeline import child_context\n\n"
+        "def probe(queue):\n"
+        "    queue.put('tvm' in sys.modules)\n\n"
+        "if __name__ == '__main__':\n"
+        "    ctx = child_context(tvm=True)\n"
+        "    queue = ctx.Queue()\n"
+        "    child = ctx.Process(target=probe, args=(queue,))\n"
+        "    child.start()\n"
+        "    print('parent', 'tvm' in sys.modules, 'child', queue.get(timeout=60))\n"
+        "    child.join()\n"
+    )
+    env = dict(os.environ, PYTHONPATH=os.getcwd())
+    out = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["parent", "False", "child", "True"], out.stdout
 
 
 def test_tune_json_has_what_scripts_read(tmp_path):

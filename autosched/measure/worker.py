@@ -22,7 +22,7 @@ from pathlib import Path
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
 from autosched.measure.iree_device import IreeDevice
-from autosched.measure.lifeline import exit_with_parent
+from autosched.measure.lifeline import child_context, exit_with_parent
 from autosched.measure.program import Program
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.records.record import RUN_ERROR, TIMEOUT
@@ -32,12 +32,12 @@ log = logging.getLogger(__name__)
 _START_TIMEOUT_S = 120.0
 
 
-def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str) -> None:
+def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str, parent: int) -> None:
     """``device_spec``: ``("opencl", platform_index, device_index)``, ``("llvm",)`` or
     ``("iree", driver, threads)``."""
     os.environ.update(env)  # before pyopencl loads the ICD, before TVM starts its threads
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
-    exit_with_parent()  # a hung kernel must not outlive a killed tuner
+    exit_with_parent(parent=parent)  # a hung kernel must not outlive a killed tuner
     runners: dict[str, object] = {}
 
     def runner_for(kind: str):
@@ -178,12 +178,14 @@ class MeasureWorker:
         return spec, {"POCL_CACHE_DIR": self._cache_dir, "PYOPENCL_NO_CACHE": "1"}
 
     def _start(self) -> None:
-        ctx = mp.get_context("spawn")
+        # TVM for an llvm child; and for an OpenCL one, so that the build workers forked
+        # after it (from the same server) find it imported.
+        ctx = child_context(tvm=not isinstance(self.device, IreeDevice))
         parent, child = ctx.Pipe()
         spec, env = self._spec()
         proc = ctx.Process(
             target=_child_main,
-            args=(child, spec, env, self._cache_dir),
+            args=(child, spec, env, self._cache_dir, os.getpid()),
             daemon=True,
         )
         proc.start()
