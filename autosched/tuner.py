@@ -20,6 +20,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
+from autosched.iree import IREE_TARGETS
 from autosched.measure.build import BuildResult
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
@@ -92,10 +93,11 @@ class BuildPool:
     """A process pool that survives a crashing build. Started on the first build; a
     device's session shares one among the workloads it tunes."""
 
-    def __init__(self, workers: int, *, tvm: bool = True) -> None:
-        """``tvm``: the builds use TVM (every target but IREE's)."""
+    def __init__(self, workers: int, *, target: str) -> None:
+        """``target``: what the pool builds for (every target but IREE's builds with TVM,
+        which its workers then find imported: :func:`child_context`)."""
         self.workers = workers
-        self.tvm = tvm
+        self.tvm = target not in IREE_TARGETS
         self._pool: cf.ProcessPoolExecutor | None = None
 
     def submit(self, *args) -> cf.Future:
@@ -174,7 +176,7 @@ class Tuner:
         self._owns = (worker is None, builders is None)
         self.worker = worker or MeasureWorker(device, timeout_s=timeout_s)
         self.builders = builders or BuildPool(
-            build_workers or default_build_workers(), tvm=not target.startswith("iree")
+            build_workers or default_build_workers(), target=target
         )
 
     def close(self) -> None:

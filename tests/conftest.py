@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -28,6 +29,25 @@ def _private_data_home(tmp_path_factory):
 def device():
     """The real OpenCL device (PoCL's CPU device on CI machines)."""
     return select_device()
+
+
+def marked_processes(mark: str) -> list[str]:
+    """Processes whose environment carries ``mark``, except this one and its own
+    children (multiprocessing's resource tracker lives as long as this process)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if f"AUTOSCHED_TEST_MARK={mark}".encode() not in (entry / "environ").read_bytes():
+                continue
+            stat = (entry / "stat").read_text()
+            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
+        except OSError:
+            continue
+        if int(stat.rsplit(")", 1)[1].split()[1]) != os.getpid():
+            found.append(f"{entry.name}: {cmd}")
+    return found
 
 
 def make_data(workload, seed: int = 0) -> TestData:

@@ -24,6 +24,7 @@ from autosched.records import open_database
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.tuning.control import MIN_NEW
 from tests.browser import chart_blue, screenshot
+from tests.conftest import marked_processes
 
 JOB = """\
 name = "smoke"
@@ -108,7 +109,7 @@ def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_pat
         mark=mark,
     )  # fmt: skip
     assert first.returncode == 0, first.stderr[-3000:]
-    assert not _marked(mark), "processes left behind after the job"
+    assert not marked_processes(mark), "processes left behind after the job"
     result = json.loads(out.read_text())
     assert {(t["task"], t["target"]) for t in result["tasks"]} == {
         ("matmul 128,128,128", "opencl"),
@@ -355,25 +356,6 @@ def test_a_tls_farm_runs_with_certificates_and_refuses_a_client_without(tmp_path
         _stop(procs)
 
 
-def _marked(mark: str) -> list[str]:
-    """Processes whose environment carries ``mark``, except this one and its own
-    children (multiprocessing's resource tracker lives as long as this process)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            if f"AUTOSCHED_TEST_MARK={mark}".encode() not in (entry / "environ").read_bytes():
-                continue
-            stat = (entry / "stat").read_text()
-            cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()[:120]
-        except OSError:
-            continue
-        if int(stat.rsplit(")", 1)[1].split()[1]) != os.getpid():
-            found.append(f"{entry.name}: {cmd}")
-    return found
-
-
 def _die(request):
     os.kill(os.getpid(), signal.SIGKILL)
 
@@ -426,7 +408,7 @@ def test_a_poison_batch_ends_as_error_records_and_the_job_goes_on(tmp_path):
     del os.environ["AUTOSCHED_TEST_MARK"]
     # The SIGKILLed workers' build and measurement children died with them.
     deadline = time.time() + 30
-    while (left := _marked(mark)) and time.time() < deadline:
+    while (left := marked_processes(mark)) and time.time() < deadline:
         time.sleep(0.5)
     assert not left, f"processes left behind: {left}"
     assert result.failed_batches == 1
@@ -644,10 +626,10 @@ def test_ctrl_c_ends_a_job_with_one_line_and_no_process_left(tmp_path):
         )
         assert "Traceback" not in stderr, stderr[-3000:]
         deadline = time.time() + 30
-        while (left := _marked(mark)) and time.time() < deadline:
+        while (left := marked_processes(mark)) and time.time() < deadline:
             time.sleep(0.5)
         assert not left, f"processes left behind: {left}"
     finally:  # a failure here must not leave a job measuring beside the next tests
-        for left in _marked(mark):
+        for left in marked_processes(mark):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(left.split(":")[0]), signal.SIGKILL)

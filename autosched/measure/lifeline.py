@@ -62,29 +62,25 @@ def child_context(*, tvm: bool) -> mp.context.BaseContext:
     not import it again: TVM's import takes about 3.5 s of a core, which spawned children
     each paid, two build workers and an llvm measurement child per tune (the server holds
     no threads, so forking it is safe). The server ends with this process; it is stopped
-    at exit, so it never outlives it. Spawn where there is no fork server.
+    at exit (:func:`_stop_fork_server`), so it never outlives it. Spawn where there is no
+    fork server.
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     if tvm:
         ctx.set_forkserver_preload(["__main__", "tvm"])  # Python's default, and TVM
-    global _stop_registered
-    if not _stop_registered:
-        atexit.register(_stop_fork_server)
-        _stop_registered = True
     return ctx
 
 
-_stop_registered = False
-
-
+@atexit.register
 def _stop_fork_server() -> None:
-    """Close the fork server and wait for it (it would see this process go, a moment
-    later). Python's stop is private; without it the server ends on its own."""
-    from multiprocessing import forkserver
+    """Close this process's fork server, if it started one, and wait for it (it would see
+    this process go, a moment later). Python's stop is private; without it the server
+    ends on its own (and where there is no fork server there is none to stop)."""
+    with contextlib.suppress(ImportError, OSError, ChildProcessError):
+        from multiprocessing import forkserver
 
-    stop = getattr(forkserver._forkserver, "_stop", None)
-    if stop is not None:
-        with contextlib.suppress(OSError, ChildProcessError):
+        stop = getattr(forkserver._forkserver, "_stop", None)
+        if stop is not None:
             stop()

@@ -143,8 +143,7 @@ class DeviceSession:
 
         if self._worker is None:
             self._worker = MeasureWorker(self.device, timeout_s=request.timeout_s)
-            tvm = not self.target.startswith("iree")
-            self._builders = BuildPool(default_build_workers(), tvm=tvm)
+            self._builders = BuildPool(default_build_workers(), target=self.target)
         key = (canonical(request.workload), request.seed, request.timeout_s)
         tuner = self._tuners.pop(key, None)
         if tuner is None:
