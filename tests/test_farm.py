@@ -299,6 +299,50 @@ def test_a_farm_job_survives_a_worker_killed_mid_batch(tmp_path, farm):
     assert {r.worker for r in records if r.target == "llvm"} == {"cpu-1"}
 
 
+def _dask_worker(tmp_path: Path, address: str, name: str) -> subprocess.Popen:
+    args = ["--nworkers", "1", "--nthreads", "1", "--resources", "batch=1", "--name", name]
+    return _spawn(
+        [sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-dashboard", *args],
+        tmp_path / f"{name}.log",
+    )
+
+
+def test_a_batch_whose_result_dies_with_its_worker_is_read_when_computed_again(tmp_path, farm):
+    """A batch finishes and its worker is killed before the job reads the result (the
+    killed-worker test met this once): the future is no longer finished, the runner
+    reports it as not done rather than as an empty batch, and returns the result Dask
+    computes again on another worker."""
+    from distributed import Client, wait
+
+    from autosched.farm.runner import _NOT_YET, DaskRunner, _outcome
+
+    address, procs = farm
+    first = _dask_worker(tmp_path, address, "first")
+    procs.append(first)
+    client = Client(address, timeout="60s")
+    try:
+        client.wait_for_workers(1, timeout=120)
+        fut = client.submit(os.getpid, resources={"batch": 1}, pure=False)
+        wait([fut], timeout=120)
+        ran_on = fut.result()
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        deadline = time.time() + 60
+        while fut.status == "finished" and time.time() < deadline:
+            time.sleep(0.05)
+        assert fut.status in ("lost", "pending"), fut.status
+        assert _outcome(fut) is _NOT_YET  # and at once: nothing can compute it now
+        procs.append(_dask_worker(tmp_path, address, "second"))
+        runner = DaskRunner(client)
+        got: list = []
+        while not got and time.time() < deadline + 60:
+            got = runner.wait([fut], 1.0)
+        assert got and got[0][0] is fut
+        assert isinstance(got[0][1], int) and got[0][1] != ran_on, got
+    finally:
+        client.close()
+
+
 def test_a_tls_farm_runs_with_certificates_and_refuses_a_client_without(tmp_path):
     ca_key, ca = tmp_path / "ca.key", tmp_path / "ca.pem"
     key, csr, cert = tmp_path / "farm.key", tmp_path / "farm.csr", tmp_path / "farm.pem"

@@ -97,14 +97,8 @@ class DaskRunner:
             done = [f for f in handles if f.cancelled()]
         out: list[tuple[Any, Any]] = []
         for fut in handles:
-            if fut not in done:
-                continue
-            if fut.cancelled():
-                out.append((fut, LostBatch(f"batch lost with the scheduler ({fut.key})")))
-            elif fut.status == "finished":
-                out.append((fut, fut.result()))
-            else:
-                out.append((fut, fut.exception()))
+            if fut in done and (outcome := _outcome(fut)) is not _NOT_YET:
+                out.append((fut, outcome))
         return out
 
     def cancel(self, handles: Sequence[Any]) -> None:
@@ -112,6 +106,28 @@ class DaskRunner:
 
     def close(self) -> None:
         pass
+
+
+_NOT_YET = object()
+
+
+def _outcome(fut: Any) -> Any:
+    """A done future's batch: its records, its exception, or a LostBatch; ``_NOT_YET``
+    when it is no longer done. A batch can finish and then lose its result with the
+    worker that held it before anyone read it: Dask computes it again, and until then
+    it is in flight as before (its status "lost" or "pending", not "finished")."""
+    if fut.cancelled():
+        return LostBatch(f"batch lost with the scheduler ({fut.key})")
+    if fut.status == "error":
+        return fut.exception()
+    if fut.status != "finished":
+        return _NOT_YET
+    try:
+        return fut.result()  # lost between the check and the read: Dask's gather waits
+    except CancelledError:
+        return LostBatch(f"batch lost with the scheduler ({fut.key})")
+    except Exception as exc:  # noqa: BLE001 - the batch failed when it ran again
+        return exc
 
 
 def _with_count(slot: Slot, count: int) -> Slot:
