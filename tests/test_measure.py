@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+from pathlib import Path
 
 import pytest
 
 from autosched.measure.build import build
 from autosched.measure.program import KernelProgram
 from autosched.measure.runner import OpenCLRunner, TimingOptions
-from autosched.measure.worker import MeasureWorker
+from autosched.measure.worker import MeasureWorker, pocl_pinning
 from autosched.ops import workload
 from autosched.space.config import Config
 from autosched.space.select import make_space
@@ -221,3 +223,41 @@ def test_a_gpu_driver_that_no_icd_file_registers_is_named_with_the_fix(tmp_path)
         unregistered_drivers(["NVIDIA CUDA", "Portable Computing Language"], (str(tmp_path),)) == []
     )
     assert unregistered_drivers(["Portable Computing Language"], dirs=(str(tmp_path / "no"),)) == []
+
+
+def _threads_cpus(pid: int) -> list[str]:
+    """Cpus_allowed_list of each thread of process ``pid``."""
+    out = []
+    for status in Path(f"/proc/{pid}/task").glob("*/status"):
+        line = [x for x in status.read_text().splitlines() if x.startswith("Cpus_allowed_list")]
+        out.append(line[0].split(":")[1].strip())
+    return out
+
+
+def test_pocl_cpu_threads_are_pinned_unless_the_user_or_the_cpuset_says_otherwise(
+    device, monkeypatch
+):
+    wl = workload("matmul", M=64, N=64, K=64)
+    space = make_space(wl, limits=device.limits)
+    program, data = build(space, space.default()), make_data(wl)
+    own = os.sched_getaffinity(0)
+    assert len(own) > 1 and device.compute_units > 1  # PoCL on a multi-core CPU
+    mask = _threads_cpus(os.getpid())[0]  # this process's own list, as the kernel writes it
+    with MeasureWorker(device, timeout_s=20) as w:
+        assert w.measure(program, data, FAST).status == "ok"
+        threads = _threads_cpus(w._proc.pid)
+    # PoCL's thread i runs on CPU i alone; the child's other threads keep the whole mask.
+    assert {str(i) for i in range(device.compute_units)} <= set(threads) | {mask}, threads
+    monkeypatch.setenv("POCL_AFFINITY", "0")
+    with MeasureWorker(device, timeout_s=20) as w:
+        assert w.measure(program, data, FAST).status == "ok"
+        assert set(_threads_cpus(w._proc.pid)) == {mask}
+    monkeypatch.delenv("POCL_AFFINITY")
+    # A narrower cpuset than PoCL's threads would need: no pinning asked.
+    os.sched_setaffinity(0, {max(own)})
+    try:
+        narrow = pocl_pinning(device)
+    finally:
+        os.sched_setaffinity(0, own)
+    assert narrow == {}
+    assert pocl_pinning(device) == {"POCL_AFFINITY": "1"}
