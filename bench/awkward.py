@@ -38,12 +38,11 @@ import autosched
 from autosched.measure.build import build
 from autosched.measure.cpu import host_cpu
 from autosched.measure.device import select_device
-from autosched.measure.runner import TestData
-from autosched.measure.worker import MeasureWorker
 from autosched.report.vendor import time_vendor
 from autosched.space.config import Config
 from autosched.space.select import make_space
-from bench.peers_retime import RETIME, Vendor
+from bench.peers_retime import Vendor, retime
+from bench.peers_runs import Finalist
 
 # M x N x K: M prime, K = 9 x 37; all three prime or odd; N prime (no vector divides it
 # but 1); M and K just past a power of two. ResNet's last 3x3 conv, in NCHW: rows of 7.
@@ -112,32 +111,20 @@ def run_one(shape: str, target: str, *, trials: int, batch: int, seed: int, roun
 
 
 def retime_with_numpy(wl, device, target: str, config: dict, rounds: int) -> dict:
-    """The tuned kernel and numpy timed in ``rounds`` interleaved rounds: GFLOP/s of the
-    median of each one's samples over all rounds, and each one's spread (interquartile
-    range over median)."""
+    """The tuned kernel and numpy timed in ``rounds`` interleaved rounds by the peers'
+    harness: GFLOP/s of the median of each one's samples over all rounds, and each one's
+    spread (interquartile range over median)."""
     program = build(make_space(wl, target=target, limits=device.limits), Config.from_json(config))
-    inputs = wl.make_inputs(np.random.default_rng([0, 0x5EED]))
-    data = TestData(wl.key, inputs, wl.reference(inputs), *wl.tolerance())
-    kernel: list[float] = []
-    library: list[float] = []
+    tuned = Finalist("tuned", program, 0.0)
     vendor = Vendor(wl)
     try:
-        with MeasureWorker(device) as worker:
-            for rnd in range(rounds):
-                for which in ("kernel", "numpy")[:: 1 if rnd % 2 == 0 else -1]:
-                    if which == "numpy":
-                        library += vendor.latencies(
-                            min_time_s=RETIME.min_time_s,
-                            min_repeats=RETIME.min_repeats,
-                            warmup=RETIME.warmup,
-                        )
-                        continue
-                    out = worker.measure(program, data, RETIME)
-                    if out.status != "ok":
-                        return {"error": f"{out.status}: {out.error}"[:500]}
-                    kernel += out.latencies
+        per_round = retime([tuned], wl, device=device, rounds=rounds, vendor=vendor, timeout_s=30)
     finally:
         vendor.close()
+    if tuned.error:
+        return {"error": tuned.error}
+    kernel = [x for v in tuned.visits for x in v]
+    library = [x for v in per_round for x in v]
 
     def summary(samples: list[float]) -> tuple[float, float]:
         q1, med, q3 = np.percentile(samples, [25, 50, 75])

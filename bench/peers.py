@@ -237,8 +237,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 )
         tuning_s = time.perf_counter() - bench_start
         print(f"re-timing {sum(len(r.finalists) for r in runs)} programs ...", file=sys.stderr)
+        finalists = [f for r in runs for f in r.finalists]
         vendor_lat = retime(
-            runs, wl, device=device, rounds=args.rounds, vendor=vendor, timeout_s=4 * args.timeout
+            finalists,
+            wl,
+            device=device,
+            rounds=args.rounds,
+            vendor=vendor,
+            timeout_s=4 * args.timeout,
         )
     finally:
         if vendor is not None:

@@ -16,7 +16,7 @@ from importlib.metadata import PackageNotFoundError, version
 import numpy as np
 
 from autosched.measure.runner import TimingOptions
-from bench.peers_runs import Run
+from bench.peers_runs import Finalist
 
 log = logging.getLogger(__name__)
 
@@ -117,12 +117,20 @@ def versions() -> dict[str, str | None]:
 
 
 def retime(
-    runs: Sequence[Run], wl, *, device, rounds: int, vendor: Vendor | None, timeout_s: float
+    finalists: Sequence[Finalist],
+    wl,
+    *,
+    device,
+    rounds: int,
+    vendor: Vendor | None,
+    timeout_s: float,
 ) -> list[list[float]]:
     """Time every finalist again, round-robin with the vendor library; its latencies per round.
 
     Each round visits the finalists in a rotated order, so no program always follows
-    the same neighbour; every one gets the same warm-up and repeats.
+    the same neighbour, and the vendor goes last and first in turn; every one gets the
+    same warm-up and repeats. A finalist's latencies go to its ``visits``, a failure to
+    its ``error``.
     """
     from autosched.measure.cpu import host_cpu
     from autosched.measure.runner import TestData
@@ -130,13 +138,25 @@ def retime(
 
     inputs = wl.make_inputs(np.random.default_rng([0, 0x5EED]))
     data = TestData(wl.key, inputs, wl.reference(inputs), *wl.tolerance())
-    finalists = [f for r in runs for f in r.finalists]
     workers: dict[str, MeasureWorker] = {}
     vendor_lat: list[list[float]] = []
+
+    def time_vendor() -> None:
+        if vendor is not None:
+            vendor_lat.append(
+                vendor.latencies(
+                    min_time_s=RETIME.min_time_s,
+                    min_repeats=RETIME.min_repeats,
+                    warmup=RETIME.warmup,
+                )
+            )
+
     try:
         for rnd in range(rounds):
+            if rnd % 2:
+                time_vendor()
             shift = (rnd * len(finalists)) // max(rounds, 1)
-            for f in finalists[shift:] + finalists[:shift]:
+            for f in list(finalists[shift:]) + list(finalists[:shift]):
                 if f.error:
                     continue
                 kind = f.program.kind
@@ -148,14 +168,8 @@ def retime(
                     f.visits.append(list(out.latencies))
                 else:
                     f.error = f"{out.status}: {out.error}"[:500]
-            if vendor is not None:
-                vendor_lat.append(
-                    vendor.latencies(
-                        min_time_s=RETIME.min_time_s,
-                        min_repeats=RETIME.min_repeats,
-                        warmup=RETIME.warmup,
-                    )
-                )
+            if rnd % 2 == 0:
+                time_vendor()
             log.info("re-timing: round %d of %d done", rnd + 1, rounds)
     finally:
         for w in workers.values():

@@ -174,6 +174,30 @@ def test_retimed_figure_is_the_best_rounds_median():
     assert f.retimed_gflops(10e9) is None
 
 
+def test_the_shared_harness_times_every_finalist_and_the_vendor_each_round(device):
+    from autosched.measure.build import build
+    from autosched.space.select import make_space
+
+    wl = workload("matmul", M=64, N=96, K=48)
+    space = make_space(wl, limits=device.limits)
+    program = build(space, space.default())
+    good = peers_runs.Finalist("default", program, 0.0)
+    failed = peers_runs.Finalist("failed", program, 0.0, error="build_error: ...")
+    vendor = peers_retime.Vendor(wl)
+    try:
+        per_round = peers_retime.retime(
+            [failed, good], wl, device=device, rounds=3, vendor=vendor, timeout_s=30
+        )
+    finally:
+        vendor.close()
+    assert len(good.visits) == 3 and all(
+        len(v) >= peers_retime.RETIME.min_repeats for v in good.visits
+    )
+    assert good.error is None and good.retimed_gflops(wl.flops()) > 0
+    assert failed.visits == []  # a finalist that failed is not timed again
+    assert len(per_round) == 3 and all(len(v) >= peers_retime.RETIME.min_repeats for v in per_round)
+
+
 def _run(tuner, own, retimed_latency, *, seed=0):
     run = peers_runs.Run(tuner=tuner, seed=seed, target="opencl", gflops=own)
     run.times = [float(i + 1) for i in range(len(own))]
