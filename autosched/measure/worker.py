@@ -152,11 +152,11 @@ def pocl_pinning(device: Device) -> dict[str, str]:
     PoCL's CPU driver pins its thread i to CPU i when asked. Unpinned, its threads
     migrate: on an AVX2 Zen 3, a 0.2 ms matmul's (251x509x127) slowest tenth of samples
     ran from 75 and 93 GFLOP/s unpinned against 125 and 105 pinned, in two runs of
-    interleaved rounds, its median 1-3 % higher pinned. It is asked only of PoCL on a
-    CPU, and only where this process may run on every one of CPUs 0..compute_units-1:
-    under a narrower cpuset or taskset the pinning would fail. A POCL_AFFINITY of the
-    user's own is passed on as it is (the child's environment is the fork server's, from
-    before the user set it).
+    interleaved rounds; medians moved within 3 % either way (three runs, 512^3 too). It
+    is asked only of PoCL on a CPU, and only where this process may run on every one of
+    CPUs 0..compute_units-1: under a narrower cpuset or taskset the pinning would fail.
+    A POCL_AFFINITY of the user's own is passed on as it is (the child's environment is
+    the fork server's, from before the user set it).
     """
     own = os.environ.get("POCL_AFFINITY")
     if own is not None:
