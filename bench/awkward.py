@@ -70,10 +70,11 @@ def parse_shape(text: str) -> tuple[str, dict[str, int | str]]:
     return "matmul", dict(M=m, N=n, K=k)
 
 
-def run_one(shape: str, target: str, *, trials: int, batch: int, seed: int, rounds: int) -> dict:
+def run_one(
+    shape: str, target: str, device, *, trials: int, batch: int, seed: int, rounds: int
+) -> dict:
     op, params = parse_shape(shape)
     wl = autosched.workload(op, **params)
-    device = select_device() if target == "opencl" else host_cpu()
     lib_before = time_vendor(wl)
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
@@ -115,15 +116,17 @@ def retime_with_numpy(wl, device, target: str, config: dict, rounds: int) -> dic
     harness: GFLOP/s of the median of each one's samples over all rounds, and each one's
     spread (interquartile range over median)."""
     program = build(make_space(wl, target=target, limits=device.limits), Config.from_json(config))
-    tuned = Finalist("tuned", program, 0.0)
+    finalist = Finalist("tuned", program, 0.0)
     vendor = Vendor(wl)
     try:
-        per_round = retime([tuned], wl, device=device, rounds=rounds, vendor=vendor, timeout_s=30)
+        per_round = retime(
+            [finalist], wl, device=device, rounds=rounds, vendor=vendor, timeout_s=30
+        )
     finally:
         vendor.close()
-    if tuned.error:
-        return {"error": tuned.error}
-    kernel = [x for v in tuned.visits for x in v]
+    if finalist.error:
+        return {"error": finalist.error}
+    kernel = [x for v in finalist.visits for x in v]
     library = [x for v in per_round for x in v]
 
     def summary(samples: list[float]) -> tuple[float, float]:
@@ -196,15 +199,15 @@ def main() -> None:
     }
     data["cores"] = cpu.cores
     data["devices"] = data.get("devices", {})
-    for target in targets:
-        device = select_device() if target == "opencl" else cpu
+    devices = {target: select_device(target=target) for target in targets}
+    for target, device in devices.items():
         data["devices"][target] = device.fingerprint(target)
     data["goal"] = f"tuned >= {GOAL}x numpy on both targets, {args.trials} trials"
     for shape in shapes:
         for target in targets:
             row = run_one(
-                shape, target, trials=args.trials, batch=args.batch, seed=args.seed,
-                rounds=args.rounds,
+                shape, target, devices[target], trials=args.trials, batch=args.batch,
+                seed=args.seed, rounds=args.rounds,
             )  # fmt: skip
             row["date"] = time.strftime("%Y-%m-%d %H:%M:%S")
             side = row["side_by_side"]

@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 import autosched
-from autosched.measure.cpu import host_cpu
 from autosched.measure.device import select_device
 from autosched.report.vendor import time_vendor
 
@@ -124,7 +123,7 @@ def main() -> None:
     unknown = [o for o in ops if o not in SHAPES]
     if unknown:
         p.error(f"unknown ops {unknown}; accepted: {', '.join(SHAPES)}")
-    device = select_device() if args.target == "opencl" else host_cpu()
+    device = select_device(target=args.target)
     rows = []
     for op in ops:
         row = run_one(op, trials=args.trials, batch=args.batch, target=args.target, seed=args.seed)
