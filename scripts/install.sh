@@ -55,7 +55,7 @@ VPY="$VENV/bin/python"
 # Modules each extra brings; a missing one means that extra is installed (again).
 check="import importlib.metadata as m, sys
 import autosched, pyopencl, tvm, sklearn, lightgbm, optuna, pandas, rich  # noqa: F401
-mods = {'test': ['pytest'], 'bench': ['kernel_tuner', 'psutil'], 'farm': ['distributed', 'psycopg'],
+mods = {'test': ['pytest', 'xdist'], 'bench': ['kernel_tuner', 'psutil'], 'farm': ['distributed', 'psycopg'],
         'iree': ['iree.compiler', 'iree.runtime'], 'models': ['onnx', 'onnxruntime', 'torch']}
 for extra in filter(None, '$EXTRAS'.split(',')):
     for mod in mods.get(extra, []):

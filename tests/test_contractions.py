@@ -36,6 +36,7 @@ def _device(target):
     return select_device() if target == "opencl" else host_cpu()
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize("target", ["opencl", "llvm"])
 @pytest.mark.parametrize("op", sorted(SMALL))
 def test_short_tune_beats_the_default_and_its_best_kernel_is_correct(tmp_path, op, target):

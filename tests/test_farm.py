@@ -96,6 +96,7 @@ def _check_topped_up(
         assert again <= (finalists + 1) * runs + controls, (pair, counts)
 
 
+@pytest.mark.timed
 def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_path):
     job = tmp_path / "night.toml"
     job.write_text(JOB.format(trials=8))

@@ -25,6 +25,7 @@ def vulkan():
     return select_device(None, target="iree-vulkan")
 
 
+@pytest.mark.timed
 def test_repeated_dispatches_time_the_kernels_not_the_call(vulkan):
     """Where a second module runs each dispatch ``repeat`` times per call (built so for
     GPUs), the time per dispatch is the difference between the two modules' calls over

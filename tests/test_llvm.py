@@ -341,6 +341,7 @@ def test_hanging_crashing_wrong_and_broken_llvm_kernels_are_classified(cpu):
         assert w.measure(good, data, FAST).status == "ok"
 
 
+@pytest.mark.timed
 def test_short_llvm_tune_beats_the_default_and_its_best_kernel_is_correct(tmp_path, cpu):
     wl = autosched.workload("matmul", M=128, N=128, K=128, epilogue="bias_relu")
     db = tmp_path / "records.db"

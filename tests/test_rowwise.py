@@ -265,6 +265,7 @@ TUNE = {
 }
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize("target", ["opencl", "llvm"])
 @pytest.mark.parametrize("name", list(TUNE))
 def test_a_short_tuning_run_beats_the_default(tmp_path, name, target):

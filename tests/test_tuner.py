@@ -26,6 +26,7 @@ from tests.conftest import make_data, marked_processes
 QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=30, min_time_s=0.02)
 
 
+@pytest.mark.timed
 @pytest.mark.parametrize("strategy", ["model", "random", "tpe"])
 def test_tuned_kernel_is_correct_and_beats_the_default(tmp_path, device, strategy):
     wl = autosched.workload("matmul", M=128, N=128, K=128, epilogue="bias_relu")
