@@ -91,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
         proc = subprocess.Popen(cmd, start_new_session=True)
         try:
             proc.wait(timeout=args.chunk_s + 180)
+        except subprocess.TimeoutExpired:  # its finished batches are stored: export them
+            print(f"{args.name}: the chunk overran by three minutes; stopped")
         finally:
             if proc.poll() is None:  # overran (or we were interrupted): stop all of it
                 os.killpg(proc.pid, signal.SIGKILL)
