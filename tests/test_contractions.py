@@ -13,7 +13,6 @@ import pytest
 
 import autosched
 from autosched.measure.build import build
-from autosched.measure.cpu import host_cpu
 from autosched.measure.device import select_device
 from autosched.measure.runner import TimingOptions
 from autosched.measure.worker import MeasureWorker
@@ -32,10 +31,6 @@ SMALL = {
 }
 
 
-def _device(target):
-    return select_device() if target == "opencl" else host_cpu()
-
-
 @pytest.mark.timed
 @pytest.mark.parametrize("target", ["opencl", "llvm"])
 @pytest.mark.parametrize("op", sorted(SMALL))
@@ -48,7 +43,7 @@ def test_short_tune_beats_the_default_and_its_best_kernel_is_correct(tmp_path, o
     assert result.best is not None and result.default is not None
     # Measured side by side at the end of the run.
     assert result.speedup > 1.5, (op, target, result.best.gflops, result.default.gflops)
-    device = _device(target)
+    device = select_device(target=target)
     with SQLiteDatabase(db) as store:
         best = store.best(wl.key, device_key=device.key(target), target=target)[0]
     program = build(
@@ -73,7 +68,7 @@ PADDED = [
 def test_padding_fused_staged_or_its_own_kernel_is_correct(params, target):
     """Every way of placing the padding producer computes the reference."""
     wl = autosched.workload("conv2d", **params)
-    device = _device(target)
+    device = select_device(target=target)
     space = make_space(wl, target=target, limits=device.limits)
     # The padding, or where OpenCL fuses narrow rows (autosched.space.im2col.window_rows)
     # the im2col matrix that computes the padding inside it.
@@ -96,7 +91,7 @@ def test_padding_fused_staged_or_its_own_kernel_is_correct(params, target):
 @pytest.mark.parametrize("target", ["opencl", "llvm"])
 def test_dense_epilogue_fused_and_unfused_is_correct(target):
     wl = autosched.workload("dense", m=16, n=64, k=32, epilogue="bias_gelu")
-    device = _device(target)
+    device = select_device(target=target)
     space = make_space(wl, target=target, limits=device.limits)
     data = make_data(wl, seed=4)
     with MeasureWorker(device) as w:
