@@ -560,3 +560,32 @@ def test_on_a_cpu_the_prior_counts_registers_in_the_configs_vector_width(
     space = make_space(workload_from_json(ok[0].workload), target=target, limits=limits)
     scores = prior_score(featurize(space, [Config(r.config) for r in ok]))
     assert kendall(scores, np.array([r.gflops for r in ok])) >= tau_at_least
+
+
+def test_random_search_resumed_with_its_seed_keeps_proposing(limits):
+    # A run resumed with the same seed draws what the runs before it drew: once those
+    # draws are all measured the search must draw on, not call the space exhausted
+    # (bench/replay_measure.py's sixth chunk stopped at 994 of 1000 configs so).
+    space = make_space(workload("matmul", M=256, N=256, K=256), limits=limits)
+    measured: set[str] = set()
+    for _chunk in range(8):  # each chunk a new run: the same seed, the records so far
+        search = make_strategy("random", space, rng=np.random.default_rng(1))
+        search.seen.update(measured)
+        batch = search.propose(64)
+        assert batch is not None and len(batch) == 64
+        keys = {c.key for c in batch}
+        assert len(keys) == 64 and not keys & measured
+        measured |= keys
+
+
+def test_random_search_says_when_a_small_space_is_exhausted(limits):
+    space = make_space(workload("softmax", rows=64, cols=128), limits=limits)
+    search = make_strategy("random", space, rng=np.random.default_rng(0))
+    proposed = []
+    while (batch := search.propose(64)) is not None:
+        proposed += batch
+    keys = {c.key for c in proposed}
+    assert len(keys) == len(proposed)
+    assert all(space.is_valid(c) for c in proposed)
+    # Nothing valid is left out: every draw after the end is one of them.
+    assert {c.key for c in space.sample(np.random.default_rng(5), 200)} <= keys

@@ -9,6 +9,11 @@ import numpy as np
 from autosched.records.record import Record
 from autosched.space.space import Space
 
+# Draws in a row that bring nothing unseen before the space counts as exhausted. One is
+# not enough: a resumed run with the same seed draws what the run before it drew, and
+# the first draws of a run resumed a few times are all measured already.
+MISSES = 8
+
 
 class RandomSearch:
     name = "random"
@@ -22,13 +27,14 @@ class RandomSearch:
         self.seen: set[str] = set()
 
     def propose(self, n: int):
-        out = []
-        for c in self.space.sample(self.rng, 4 * n + 16):
-            if c.key not in self.seen:
+        out: list = []
+        misses = 0
+        while len(out) < n and misses < MISSES:
+            fresh = [c for c in self.space.sample(self.rng, 4 * n + 16) if c.key not in self.seen]
+            misses = 0 if fresh else misses + 1
+            for c in fresh[: n - len(out)]:
                 self.seen.add(c.key)
                 out.append(c)
-                if len(out) == n:
-                    break
         return out or None
 
     def observe(self, records: Sequence[Record]) -> None:
