@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from autosched.records.record import Record
+from autosched.space.config import Config
 from autosched.space.space import Space
 
 # Draws in a row that bring nothing unseen before the space counts as exhausted. One is
@@ -26,8 +27,8 @@ class RandomSearch:
         self.rng = rng
         self.seen: set[str] = set()
 
-    def propose(self, n: int):
-        out: list = []
+    def propose(self, n: int) -> list[Config] | None:
+        out: list[Config] = []
         misses = 0
         while len(out) < n and misses < MISSES:
             fresh = [c for c in self.space.sample(self.rng, 4 * n + 16) if c.key not in self.seen]
