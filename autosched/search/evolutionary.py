@@ -27,7 +27,7 @@ import numpy as np
 
 from autosched.errors import AutoschedError
 from autosched.records.record import Record
-from autosched.search.base import score
+from autosched.search.base import draw_unseen, score
 from autosched.search.sources import Blend
 from autosched.space.config import Config
 from autosched.space.device import device_limits, similarity
@@ -232,7 +232,7 @@ class EvolutionarySearch:
                     pool[child.key] = child
         fresh = [c for c in pool.values() if c.key not in self.seen]
         if not fresh:
-            fresh = [c for c in self.space.sample(self.rng, 4 * n) if c.key not in self.seen]
+            fresh = draw_unseen(self.space, self.rng, n, self.seen)
             if not fresh:
                 return None
         # A twin's best configs are measured here as they are, ahead of the model's picks.
