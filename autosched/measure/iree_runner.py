@@ -28,6 +28,7 @@ from autosched.measure.runner import (
     TimingOptions,
     _compare,
     _first_lines,
+    time_one_call,
     timing_plan,
 )
 from autosched.records.record import BUILD_ERROR, OK, RUN_ERROR, WRONG_RESULT
@@ -218,9 +219,8 @@ class IreeRunner:
             for _ in range(options.warmup):
                 for func in funcs:
                     func(*args)
-            start = time.perf_counter()
-            funcs[-1](*args)
-            estimate = max(time.perf_counter() - start, 1e-7)
+            last = funcs[-1]
+            estimate = time_one_call(lambda: last(*args), least_s=self.MIN_SAMPLE_S)
             number, repeats = timing_plan(estimate, options, min_sample_s=self.MIN_SAMPLE_S)
             latencies = []
             for _ in range(repeats):
