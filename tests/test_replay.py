@@ -400,3 +400,17 @@ def test_work_groups_the_h100_kept_refusing_are_no_longer_proposed():
     view = ReplayRunner([other]).space(other.workload, target=other.target, slot=other.slot)
     learn_group_cap(view, list(other.records.values()))
     assert view.group_cap == 0
+
+
+def test_a_tie_for_the_highest_score_is_the_highest_and_a_lower_score_is_not():
+    from bench.replay import _targets
+
+    def figures(score, t95=2.0):
+        return {"trials_to_95": t95, "best_at_64": 1.0, "score": score}
+
+    # Every autosched strategy measures the seed second; where the seed is the best,
+    # their curves are the same and so are their scores.
+    tie = {"autosched-model": figures(0.9), "autosched-random": figures(0.9)}
+    assert _targets({**tie, "kernel_tuner-bayes_opt": figures(0.2, None)})["highest_score"]
+    lower = {**tie, "optuna-tpe": figures(0.91, 30.0)}
+    assert not _targets(lower)["highest_score"]
