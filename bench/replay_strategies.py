@@ -71,6 +71,15 @@ def autosched_run(
     return _distinct([r.config_key for r in pair.history])[:budget]
 
 
+def fixed_trials(cache: ReplayCache) -> int:
+    """Trials every autosched run of ``cache`` spends before its strategy proposes: the
+    default config, then the space's seeds that the sample holds
+    (:func:`autosched.tuning.pair.propose`)."""
+    space = ReplayRunner([cache]).space(cache.workload, target=cache.target, slot=cache.slot)
+    default = space.default().key
+    return 1 + len({c.key for c in space.seeds() if c.key != default})
+
+
 def _distinct(keys: Sequence[str]) -> list[str]:
     return list(dict.fromkeys(keys))
 

@@ -39,7 +39,7 @@ from bench.replay_metrics import (  # noqa: E402
     support,
     trials_to,
 )
-from bench.replay_strategies import KernelTunerReplay, autosched_run  # noqa: E402
+from bench.replay_strategies import KernelTunerReplay, autosched_run, fixed_trials  # noqa: E402
 
 ZEN4 = ROOT / "bench" / "replay" / "matmul-512-opencl-zen4.jsonl.gz"
 AWKWARD_ZEN4 = ROOT / "bench" / "replay" / "matmul-127x1000x333-opencl-zen4.jsonl.gz"
@@ -414,3 +414,28 @@ def test_a_tie_for_the_highest_score_is_the_highest_and_a_lower_score_is_not():
     assert _targets({**tie, "kernel_tuner-bayes_opt": figures(0.2, None)})["highest_score"]
     lower = {**tie, "optuna-tpe": figures(0.91, 30.0)}
     assert not _targets(lower)["highest_score"]
+
+
+def test_every_autosched_run_starts_with_the_fixed_trials_and_a_tie_there_is_the_target():
+    from autosched.tuning.replay import load_caches
+    from bench.replay import _targets
+
+    (cache,) = load_caches(ROOT / "bench" / "replay" / "matmul-512-opencl-zen3.jsonl.gz")
+    fixed = fixed_trials(cache)
+    assert fixed == 3  # the default, then the two OpenCL CPU seeds (in place, packed)
+    runs = [autosched_run(cache, s, seed, 8) for s, seed in (("random", 0), ("model", 1))]
+    assert runs[0][:fixed] == runs[1][:fixed] and runs[0][fixed] != runs[1][fixed]
+
+    def figures(t95):
+        return {"trials_to_95": t95, "best_at_64": 1.0, "score": 0.9}
+
+    def transfer(t95, fixed):
+        strategies = {
+            "autosched-model": figures(t95),
+            "autosched-model-transfer": figures(t95),
+            "autosched-random": figures(None),
+        }
+        return _targets(strategies, fixed)["transfer_fewer_trials_than_cold"]
+
+    assert transfer(3.0, 3) and transfer(4.0, 3)  # a seed, or the first proposal
+    assert not transfer(5.0, 3) and not transfer(3.0, 1)
