@@ -13,7 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autosched.cost_model import feature_names, featurize, prior_score, training_set
+from autosched.cost_model import (
+    CORE_FEATURES,
+    feature_names,
+    featurize,
+    prior_score,
+    training_set,
+)
 from autosched.cost_model.ensemble import BootstrapEnsemble
 from autosched.ops import workload, workload_from_json
 from autosched.records.record import Record
@@ -211,6 +217,31 @@ def test_a_prior_that_ranks_this_device_well_keeps_its_say(records, limits):
     blend = Blend(space, seed=0, members=3)
     blend.refit(agreeing[:16], agreeing[:16], space_for)
     assert blend.weights()["prior"] > 0.9
+
+
+@pytest.mark.parametrize("vectors", [True, False])
+def test_on_a_cpu_the_measurements_say_whether_the_vector_width_counts(records, limits, vectors):
+    # PoCL on an AVX2 Zen 3 runs scalar work-items as vector lanes; on the AVX-512 Zens
+    # a config's own vectors pay. The prior with and without its vector term are both
+    # read; the one that ranks the measurements' top better takes the prior's weight.
+    assert limits.is_cpu
+    mine = [r for r in _one_shape(records) if r.ok]
+    space_for = _space_for(limits)
+    space = space_for(mine[0].workload)
+    X = featurize(space, [Config(r.config) for r in mine])
+    assert len(set(X[:, CORE_FEATURES.index("log_vec")])) > 1  # their widths differ
+    device = _relabel(mine, 1.0 + ranks_of(prior_score(X, vectors=vectors)))[:24]
+    blend = Blend(space, seed=0, members=3)
+    blend.refit(device, device, space_for)
+    w = blend.weights()
+    (chosen, other) = ("prior", "prior:no-vectors") if vectors else ("prior:no-vectors", "prior")
+    assert w[chosen] > 0.5 and w[other] == 0.0, w
+    # A GPU's driver reports its native width: the vector term stays.
+    gpu = dataclasses.replace(limits, is_cpu=False)
+    gpu_space = make_space(space.workload, limits=gpu)
+    gpu_blend = Blend(gpu_space, seed=0, members=3)
+    gpu_blend.refit(device, device, lambda _w: gpu_space)
+    assert "prior:no-vectors" not in gpu_blend.weights()
 
 
 def _other_device_records(records, target):

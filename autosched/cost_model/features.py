@@ -138,8 +138,10 @@ def featurize(
     return out
 
 
-def prior_score(X: np.ndarray) -> np.ndarray:
-    """A score without any measurement (higher = expected faster), from core features.
+def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
+    """A score without any measurement (higher = expected faster), from core features;
+    ``vectors=False`` leaves out the term for the config's own vector width (the reading
+    that a search on a CPU weighs against the whole prior, :mod:`autosched.search.sources`).
 
     Everything device-specific comes from the device's columns, never from a constant
     tuned on one machine: on a CPU, vectors up to twice the device's native vector (two
@@ -206,9 +208,10 @@ def prior_score(X: np.ndarray) -> np.ndarray:
     best_vec = lanes + c["dev_is_cpu"]
     dedicated = 1.0 - c["dev_local_emulated"]
     known = 1.0 - gpu * (c["dev_log_units"] == 0)  # a GPU of unknown compute units
+    vector = float(vectors)
     return known * (
-        np.minimum(c["log_vec"], best_vec)
-        - np.maximum(0.0, c["log_vec"] - best_vec)
+        vector * np.minimum(c["log_vec"], best_vec)
+        - vector * np.maximum(0.0, c["log_vec"] - best_vec)
         + 0.5 * np.minimum(c["log_reg"], capacity)
         - 1.0 * np.maximum(0.0, c["log_reg"] - capacity)
         + 0.5 * np.log2(1.0 + np.maximum(c["intensity"], 0.0))

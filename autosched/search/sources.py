@@ -20,6 +20,11 @@ device's model steers only by what it ranks beyond chance. Without that, CPU mod
 that ranked the H200's first nine configs with a tau of 0.2 by luck steered its search
 (replay: 39 trials to 95 % with transfer against 36.5 cold; 28.5 with it).
 
+On a CPU the prior is read twice once measurements weigh it: whole, and without its
+term for the config's own vector width (:func:`_vector_reading`), since whether scalar
+code runs as wide as explicit vectors is the driver's or the compiler's to say; the
+reading that ranks this workload's best measurements better carries the prior's weight.
+
 Before three measurements only the devices' fingerprints say which source to trust: each
 source's own top picks come first, in turn, at a pace set by how alike its device is to
 this one (:func:`autosched.space.device.similarity`, as meta-feature weights do in
@@ -39,6 +44,7 @@ samples where transfer took more trials than cold went from four to one).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Callable, Sequence
@@ -177,6 +183,8 @@ class Blend:
             for s in sources:
                 tau = kendall(s.predict(Xm), ym)
                 s.weight = max(0.0, tau if s is prior else tau - noise)
+            if self.space.limits.is_cpu:
+                sources.insert(1, _vector_reading(prior, Xm, ym))
             if self.own.is_fitted:
                 oob = self.own.oob_prediction_[: len(valid)]
                 has = np.isfinite(oob)
@@ -206,6 +214,47 @@ class Blend:
 
     def weights(self) -> dict[str, float]:
         return {s.name: s.weight for s in self.sources}
+
+
+def top_kendall(pred: np.ndarray, y: np.ndarray) -> float:
+    """Kendall's tau with the pairs near the top of either ranking weighing most
+    (hyperbolic weights, Vigna's weighted tau; -1 when either is constant)."""
+    from scipy.stats import weightedtau
+
+    if len(y) < 2 or np.ptp(pred) == 0 or np.ptp(y) == 0:
+        return -1.0
+    tau = weightedtau(pred, y).statistic
+    return float(tau) if np.isfinite(tau) else -1.0
+
+
+def _vector_reading(prior: Source, Xm: np.ndarray, ym: np.ndarray) -> Source:
+    """The prior without its vector term, weighed against the whole prior on a CPU;
+    returns it with its weight, and sets the prior's.
+
+    On a CPU whether a config's own vector width matters is the OpenCL driver's or the
+    compiler's to say, not the fingerprint's: PoCL on the AVX2 Zen 3 runs scalar
+    work-items as vector lanes (in its replay samples of the ResNet conv2d and the
+    127x1000x333 matmul the best config is scalar, in the 512^3 matmul's the best
+    scalar one is 99.7 % of the best), while on the AVX-512 Zen 4 and Zen 5 the best
+    scalar configs of the same three run at 21-98 % of the best. The reading that ranks
+    this workload's best measurements better (:func:`top_kendall`: the top is what the
+    search is after; over a whole sample the vector term raises the plain tau on every
+    CPU sample, on the Zen 3's too) takes the prior's weight, the larger of their
+    Kendall taus; equal, they share it. Replay (2026-11-29, the 19 CPU samples, 20
+    seeds): the model search's scores summed 16.00 -> 16.06; the 127x1000x333 matmul on
+    Zen 3 llvm 43 -> 34.5 trials to 95 % of the best and on Zen 5 OpenCL 26 -> 20.5, the
+    512^3 matmul on Zen 4 19.5 -> 26.5 (no peer's median run gets there in 64)."""
+    plain = Source("prior:no-vectors", functools.partial(prior_score, vectors=False))
+    predicted = plain.predict(Xm)
+    weight = max(prior.weight, kendall(predicted, ym))
+    whole, without = top_kendall(prior.predict(Xm), ym), top_kendall(predicted, ym)
+    if abs(whole - without) <= 1e-9:
+        prior.weight = plain.weight = weight / 2
+    elif without > whole:
+        prior.weight, plain.weight = 0.0, weight
+    else:
+        prior.weight, plain.weight = weight, 0.0
+    return plain
 
 
 def grouped_kendall(pred: np.ndarray, y: np.ndarray, groups: np.ndarray) -> float:
