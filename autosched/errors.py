@@ -27,3 +27,10 @@ class RecordsError(AutoschedError):
 
 class ScheduleError(AutoschedError):
     """A configuration cannot be applied to a workload (a bug or an invalid config)."""
+
+
+class HarnessError(AutoschedError):
+    """This process cannot measure: its build or measurement children cannot start (a
+    script that starts autosched outside an ``if __name__ == "__main__":`` guard, whose
+    children import it again). A tuning job stops on it and stores nothing of the
+    batch: the configs are not to blame."""

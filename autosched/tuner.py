@@ -17,14 +17,16 @@ import socket
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
+from autosched.errors import HarnessError
 from autosched.iree import IREE_TARGETS
 from autosched.measure.build import BuildResult
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
-from autosched.measure.lifeline import child_context, exit_with_parent
+from autosched.measure.lifeline import GUARD, child_context, exit_with_parent
 from autosched.measure.runner import RunOutcome, TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.ops import Workload, workload_from_json
@@ -71,6 +73,10 @@ def _build_task(
     return BuildResult(program, OK, "", time.perf_counter() - start)
 
 
+def _no_op() -> None:
+    """What a build worker runs to show it can run anything at all."""
+
+
 def _build_worker_init(show_output: bool, parent: int) -> None:
     """Ctrl-C is the tuning process's to handle: it shuts the build pool down itself; a
     build worker whose tuning process was killed exits instead of waiting forever; and
@@ -99,8 +105,12 @@ class BuildPool:
         self.workers = workers
         self.tvm = target not in IREE_TARGETS
         self._pool: cf.ProcessPoolExecutor | None = None
+        self._built = False  # whether any of its workers ever returned a build
 
     def submit(self, *args) -> cf.Future:
+        return self.submit_call(_build_task, *args)
+
+    def submit_call(self, fn: Callable[..., Any], *args) -> cf.Future:
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(
                 self.workers,
@@ -108,17 +118,37 @@ class BuildPool:
                 initializer=_build_worker_init,
                 initargs=(log.isEnabledFor(logging.INFO), os.getpid()),
             )
-        return self._pool.submit(_build_task, *args)
+        return self._pool.submit(fn, *args)
 
     def result(self, fut: cf.Future, timeout_s: float) -> BuildResult:
+        """The build's result; a build that crashed its worker or overran is a
+        BUILD_ERROR of its config.
+
+        Raises:
+            HarnessError: the pool broke before any build came back and a fresh pool's
+                worker cannot even answer a no-op: no config is to blame.
+        """
         try:
-            return fut.result(timeout=timeout_s)
+            out = fut.result(timeout=timeout_s)
         except cf.TimeoutError:
             self.reset()
             return BuildResult(None, BUILD_ERROR, f"build took longer than {timeout_s:g} s")
         except cf.process.BrokenProcessPool:
             self.reset()
+            if not self._built and not self._answers():
+                raise HarnessError(f"the build workers die as they start: {GUARD}") from None
             return BuildResult(None, BUILD_ERROR, "build worker crashed")
+        self._built = True
+        return out
+
+    def _answers(self, timeout_s: float = 120.0) -> bool:
+        """Whether a fresh pool's worker runs a no-op (kept as this pool's if so)."""
+        try:
+            self.submit_call(_no_op).result(timeout=timeout_s)
+        except (cf.process.BrokenProcessPool, cf.TimeoutError, OSError, RuntimeError):
+            self.reset()
+            return False
+        return True
 
     def reset(self) -> None:
         if self._pool is not None:

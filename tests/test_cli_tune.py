@@ -77,3 +77,40 @@ def test_on_a_gpu_the_numpy_row_says_it_ran_on_the_host_cpu():
     assert vendor_note("matmul, 16 threads", "gpu") == (
         "matmul, 16 threads; on the host CPU, not the gpu"
     )
+
+
+SCRIPT = """
+import sys
+from autosched.cli import main
+{guard}sys.exit(main(["tune", "--op", "softmax", "--shape", "256,128", "--trials", "8",
+                      "--batch", "4", "--db", sys.argv[1]]))
+"""
+
+
+def test_a_script_without_a_main_guard_stores_nothing_and_says_why(tmp_path):
+    # The build workers start from a fork server that imports the main module again:
+    # an unguarded script tuned there too (its batches failed, stored as run_error),
+    # and its workers died (every config stored as "build worker crashed"), so that a
+    # guarded rerun found every trial measured and none that ran.
+    from autosched.records.sqlite import SQLiteDatabase
+
+    db = tmp_path / "records.db"
+    script = tmp_path / "tune_it.py"
+    script.write_text(SCRIPT.format(guard=""))
+    run = subprocess.run(
+        [sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 2, run.stderr[-2000:]
+    last = run.stderr.strip().splitlines()[-1]
+    assert last.startswith("autosched: error: the build workers die as they start")
+    assert 'if __name__ == "__main__":' in last
+    with SQLiteDatabase(db) as records:
+        assert records.query() == []
+    script.write_text(SCRIPT.format(guard='if __name__ == "__main__":\n    '))
+    run = subprocess.run(
+        [sys.executable, str(script), str(db)], capture_output=True, text=True, timeout=300
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    with SQLiteDatabase(db) as records:
+        mine = [r for r in records.query() if r.op == "softmax"]
+    assert sum(r.ok for r in mine) >= 8 and not [r for r in mine if not r.ok]

@@ -383,3 +383,20 @@ def test_a_batch_is_timed_in_interleaved_passes_that_share_out_the_repeats(devic
         assert (len(set(starts)) == 1) is shared, (passes, starts)
         if not shared:  # one after another: no record's span reaches into the next one's
             assert all(a.ended_at <= b.started_at for a, b in zip(records, records[1:]))
+
+
+def test_a_build_that_kills_its_worker_is_its_config_s_build_error():
+    # A pool that breaks before its first build asks a fresh worker to run a no-op:
+    # it does, so the crash was the config's (a whole process not able to start its
+    # workers raises HarnessError instead: test_cli_tune's main-guard test).
+    from autosched.measure.build import BuildResult
+    from autosched.tuner import BuildPool
+
+    pool = BuildPool(1, target="llvm")
+    try:
+        crashed = pool.result(pool.submit_call(os._exit, 3), 120)
+        assert crashed.status == "build_error" and crashed.error == "build worker crashed"
+        fine = pool.result(pool.submit_call(BuildResult, None, "invalid", "x"), 120)
+        assert fine.status == "invalid"  # the pool it pinged builds on
+    finally:
+        pool.close()

@@ -54,6 +54,19 @@ def _gone(pid: int) -> bool:
         return False
 
 
+GUARD = (
+    "autosched's build and measurement children import the main module again (they "
+    "start from a fork server); a script that tunes must do so under an "
+    '`if __name__ == "__main__":` guard'
+)
+
+
+def importing_main() -> bool:
+    """Whether this process is a child importing the main module as it starts (spawn or
+    a fork server's preload): a script without a main guard runs its tune again there."""
+    return bool(getattr(mp.current_process(), "_inheriting", False))
+
+
 def child_context(*, tvm: bool) -> mp.context.BaseContext:
     """Where build workers and measurement children are started from.
 

@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from autosched.errors import HarnessError
+from autosched.measure.lifeline import GUARD, importing_main
 from autosched.records.base import Database
 from autosched.records.record import RUN_ERROR, Record
 from autosched.space.config import Config
@@ -120,6 +122,8 @@ def _run_job(
         history: records the strategies observe before the database's own (this
             device family's), e.g. other device families' records for transfer.
     """
+    if importing_main():  # a child re-running an unguarded script: tune nothing here
+        raise HarnessError(f"not tuning in a child process: {GUARD}")
     start = time.time()
     policy = policy or make_policy(job.policy, seed=job.seed, batch=job.batch)
     pairs: list[Pair] = []
@@ -236,6 +240,8 @@ def _run_job(
                 pair.in_flight.difference_update(c.key for c in configs)
                 pair.progress.in_flight -= len(configs)
                 continue
+            if isinstance(result, HarnessError):  # this process cannot measure at all
+                raise result
             if isinstance(result, BaseException):
                 failed += 1
                 log.warning("%s: a batch failed: %s: %s", pair.name, type(result).__name__, result)
