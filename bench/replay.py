@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics["median_curve"] = [round(float(x), 4) for x in curve]
             metrics["per_seed"] = per_seed(curves, lat, latencies, args.budget)
             out[s] = metrics
+        fixed = fixed_trials(cache)
         results.append(
             {
                 "cpu": entry["cpu"],
@@ -346,10 +347,10 @@ def main(argv: list[str] | None = None) -> int:
                 "transfer_from": sorted(
                     {e["cpu"] for e, c in zip(entries, _caches) if _transfers(c, cache)}
                 ),
-                "fixed_trials": fixed_trials(cache),
+                "fixed_trials": fixed,
                 "strategies": out,
-                "targets": _targets(out, fixed_trials(cache)),
-                "support": _support(entry["file"], out, fixed_trials(cache)),
+                "targets": _targets(out, fixed),
+                "support": _support(entry["file"], out, fixed),
             }
         )
     if args.update and args.json.exists():
