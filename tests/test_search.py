@@ -620,3 +620,48 @@ def test_random_search_says_when_a_small_space_is_exhausted(limits):
     assert all(space.is_valid(c) for c in proposed)
     # Nothing valid is left out: every draw after the end is one of them.
     assert {c.key for c in space.sample(np.random.default_rng(5), 200)} <= keys
+
+
+def test_each_batch_tries_the_best_measured_register_tile(records, limits):
+    # The micro-kernel that won so far is tried under other work-group shapes, staging
+    # and vectors in every batch: where none of the blend's picks keeps it, the last
+    # one (never a twin's, kin's or alike device's pick ahead of them) gives way.
+    mine = _one_shape(records)
+    space = _space_for(limits)(mine[0].workload)
+    search = EvolutionarySearch(space, rng=np.random.default_rng(0), family="mine")
+    search.observe([dataclasses.replace(r, device_family="mine") for r in mine[:16]])
+    best = max((r for r in mine[:16] if r.ok), key=score)
+    tile = space.register_tile(Config(best.config))
+    assert search._best_own().key == best.config_key
+    search._fit()
+    others = space.sample(np.random.default_rng(1), 400)
+    picked = [c for c in others if space.register_tile(c) != tile][:8]
+    head = picked[:2]
+    search._keep_register_tile(picked, others, locked=2)
+    assert picked[:2] == head and len(picked) == 8
+    assert space.register_tile(picked[-1]) == tile
+    assert picked[-1].key not in search.seen and space.is_valid(picked[-1])
+    assert all(space.register_tile(c) != tile for c in picked[:-1])
+    # A batch that has the tile already is left as it is.
+    again = list(picked)
+    search._keep_register_tile(again, others, locked=0)
+    assert again == picked
+    # Whole proposals: every batch holds the tile of the best measured so far.
+    for _ in range(3):
+        batch = search.propose(8)
+        best_now = search._best_own()
+        assert any(space.register_tile(c) == space.register_tile(best_now) for c in batch)
+        measured = {r.config_key: r for r in mine}
+        search.observe(
+            [
+                dataclasses.replace(measured[c.key], device_family="mine")
+                for c in batch
+                if c.key in measured
+            ]
+        )
+
+
+def test_a_space_without_register_tiles_says_so(limits):
+    space = make_space(workload("softmax", rows=64, cols=128), limits=limits)
+    (config,) = space.sample(np.random.default_rng(0), 1)
+    assert space.register_tile(config) is None

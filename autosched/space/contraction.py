@@ -250,6 +250,9 @@ class ContractionSpace(Space):
             return 1
         return math.prod(config[f"tile.{a.name}"][0] for a in self.nest.spatial)
 
+    def register_tile(self, config: Config) -> tuple[int, ...]:
+        return tuple(config[f"tile.{a.name}"][1] for a in self.nest.spatial)
+
     def reg_elems(self, config: Config) -> int:
         return math.prod(config[f"tile.{a.name}"][1] for a in self.nest.spatial)
 

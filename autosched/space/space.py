@@ -215,6 +215,11 @@ class Space:
         add), whose configs are each other's and tend to rank alike."""
         return type(other) is type(self) and other.knobs == self.knobs
 
+    def register_tile(self, config: Config) -> tuple | None:
+        """The register tile of ``config`` (the outputs one work-item or task keeps in
+        registers, per axis: its micro-kernel), in families that have one; else None."""
+        return None
+
     def knob(self, name: str) -> Knob:
         return self._by_name[name]
 
