@@ -218,6 +218,8 @@ def test_cpu_vector_tile_is_capped_by_the_cpus_own_register_file(cpu):
         reason = make_space(wl, target="iree-llvm-cpu", limits=limits).check(tile)
         assert (reason is None) == ok, reason
         assert ok or f"exceeds {registers} registers of 16 lanes" in reason
+    # The vector tile is what one task keeps in registers.
+    assert make_space(wl, target="iree-llvm-cpu", limits=cpu.limits).register_tile(tile) == (16, 32)
 
 
 def test_vulkan_space_prunes_by_the_device_limits(vulkan):
@@ -237,6 +239,9 @@ def test_vulkan_space_prunes_by_the_device_limits(vulkan):
         }  # fmt: skip
     )
     assert space.check(c) is None and space.workgroup_size(c) == (16, 8, 1)
+    # One invocation's outputs are its register tile; IREE's own config has none.
+    assert space.register_tile(c) == (4, 4)
+    assert space.register_tile(c.replace(pipeline="auto")) is None
     small = make_space(
         wl, target="iree-vulkan", limits=replace(vulkan.limits, max_work_group_size=64)
     )

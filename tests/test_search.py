@@ -624,8 +624,9 @@ def test_random_search_says_when_a_small_space_is_exhausted(limits):
 
 def test_each_batch_tries_the_best_measured_register_tile(records, limits):
     # The micro-kernel that won so far is tried under other work-group shapes, staging
-    # and vectors in every batch: where none of the blend's picks keeps it, the last
-    # one (never a twin's, kin's or alike device's pick ahead of them) gives way.
+    # and vectors in every batch: where none of the blend's picks keeps it, a random
+    # pick's place (in a batch too small for one, the blend's last pick) goes to the
+    # blend's best unseen config that keeps it.
     mine = _one_shape(records)
     space = _space_for(limits)(mine[0].workload)
     search = EvolutionarySearch(space, rng=np.random.default_rng(0), family="mine")
@@ -636,22 +637,17 @@ def test_each_batch_tries_the_best_measured_register_tile(records, limits):
     search._fit()
     others = space.sample(np.random.default_rng(1), 400)
     picked = [c for c in others if space.register_tile(c) != tile][:8]
-    head = picked[:2]
-    search._keep_register_tile(picked, others, locked=2)
-    assert picked[:2] == head and len(picked) == 8
-    assert space.register_tile(picked[-1]) == tile
-    assert picked[-1].key not in search.seen and space.is_valid(picked[-1])
-    assert all(space.register_tile(c) != tile for c in picked[:-1])
-    # A batch that has the tile already is left as it is.
-    again = list(picked)
-    search._keep_register_tile(again, others, locked=0)
-    assert again == picked
+    pick = search._tile_pick(picked, others)
+    assert pick is not None and space.register_tile(pick) == tile and space.is_valid(pick)
+    assert pick.key not in search.seen and pick.key not in {c.key for c in picked}
+    # A batch that has the tile already needs none.
+    assert search._tile_pick([*picked[:-1], pick], others) is None
     # Whole proposals: every batch holds the tile of the best measured so far.
-    for _ in range(3):
-        batch = search.propose(8)
-        best_now = search._best_own()
-        assert any(space.register_tile(c) == space.register_tile(best_now) for c in batch)
-        measured = {r.config_key: r for r in mine}
+    measured = {r.config_key: r for r in mine}
+    for n in (8, 8, 4, 4):
+        batch = search.propose(n)
+        assert len(batch) == n and len({c.key for c in batch}) == n
+        assert any(space.register_tile(c) == space.register_tile(search._best_own()) for c in batch)
         search.observe(
             [
                 dataclasses.replace(measured[c.key], device_family="mine")
@@ -661,7 +657,11 @@ def test_each_batch_tries_the_best_measured_register_tile(records, limits):
         )
 
 
-def test_a_space_without_register_tiles_says_so(limits):
-    space = make_space(workload("softmax", rows=64, cols=128), limits=limits)
-    (config,) = space.sample(np.random.default_rng(0), 1)
-    assert space.register_tile(config) is None
+def test_register_tiles_of_each_family(limits):
+    # A softmax has none; a contraction's is its spatial axes' register factors.
+    softmax = make_space(workload("softmax", rows=64, cols=128), limits=limits)
+    (config,) = softmax.sample(np.random.default_rng(0), 1)
+    assert softmax.register_tile(config) is None
+    matmul = make_space(workload("matmul", M=256, N=256, K=256), limits=limits)
+    for c in matmul.sample(np.random.default_rng(0), 20):
+        assert matmul.register_tile(c) == (c["tile.i"][1], c["tile.j"][1])

@@ -16,12 +16,14 @@ alike to this one (the same fingerprint as far as schedules go), and the blend's
 picks, each differing from the others of its batch in at least two knobs, with an
 ``epsilon`` share of random configs so the model keeps seeing where it is wrong.
 
-Where the space has register tiles (:meth:`~autosched.space.space.Space.register_tile`)
-and none of a batch's picks keeps the one of the best config measured so far, its last
-pick gives way to the blend's best unseen config that does: the micro-kernel that won is
-tried under other work-group shapes, staging and vector widths, a step a blend that ranks
-by whole configs can keep putting off (the Zen 3 OpenCL conv2d sample's two configs
-within 95 % share the register tile of the seed that held 92 %, five knobs away).
+The exploration share goes where the blend is most likely wrong. Where the space has
+register tiles (:meth:`~autosched.space.space.Space.register_tile`) and none of the
+blend's picks keeps the one of the best config measured so far, one of the share's
+random configs gives way to the blend's best unseen config that does (in a batch too
+small for a random pick, the blend's last pick does): the micro-kernel that won is tried
+under other work-group shapes, staging and vector widths, a step a blend ranking whole
+configs can keep putting off (the Zen 3 OpenCL conv2d sample's two configs within 95 %
+share the register tile of the seed that held 92 %, five knobs away).
 """
 
 from __future__ import annotations
@@ -160,16 +162,14 @@ class EvolutionarySearch:
         mine = [r for r in self.own if r.workload_key == key and r.ok]
         return Config(max(mine, key=score).config) if mine else None
 
-    def _keep_register_tile(self, picked: list[Config], fresh: list[Config], locked: int) -> None:
+    def _tile_pick(self, picked: Sequence[Config], fresh: Sequence[Config]) -> Config | None:
         """Unless one of ``picked`` has the register tile of the best config measured so
-        far, replace its last pick past the first ``locked`` by the blend's best unseen
-        config with that tile (from ``fresh`` and mutations of the best)."""
+        far, the blend's best unseen config that has it (from ``fresh`` and mutations of
+        the best); else, or where the space has no register tiles, None."""
         best = self._best_own()
         tile = None if best is None else self.space.register_tile(best)
-        if tile is None or len(picked) <= locked + 1:
-            return
-        if any(self.space.register_tile(c) == tile for c in picked):
-            return
+        if tile is None or any(self.space.register_tile(c) == tile for c in picked):
+            return None
         taken = {c.key for c in picked}
         same = {c.key: c for c in fresh if c.key not in taken}
         for _ in range(TILE_MUTATIONS):
@@ -177,8 +177,7 @@ class EvolutionarySearch:
             if c is not None and c.key not in self.seen and c.key not in taken:
                 same.setdefault(c.key, c)
         kept = [c for c in same.values() if self.space.register_tile(c) == tile]
-        if kept:
-            picked[-1] = kept[int(np.argmax(self.blend.score(kept)))]
+        return kept[int(np.argmax(self.blend.score(kept)))] if kept else None
 
     def _is_twin(self, record: Record) -> bool:
         if record.workload_key not in self._twin:
@@ -297,7 +296,13 @@ class EvolutionarySearch:
         ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
         n_random = int(round(self.epsilon * n))
         picked = [*first.values(), *diverse(ranked, n - n_random - len(first))]
-        self._keep_register_tile(picked, fresh, len(first))
+        tile_pick = self._tile_pick(picked, fresh)
+        if tile_pick is not None:  # takes a random pick's place (else the blend's last)
+            if n_random:
+                picked.append(tile_pick)
+                n_random -= 1
+            elif len(picked) > len(first) + 1:
+                picked[-1] = tile_pick
         chosen = {c.key for c in picked}
         rest = [c for c in ranked if c.key not in chosen]
         if n_random and rest:

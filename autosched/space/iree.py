@@ -139,6 +139,14 @@ class IreeSpace(Space):
         return tuple(self.nest.spatial[-3:])
 
     # -- derived ------------------------------------------------------------------------
+    def register_tile(self, config: Config) -> tuple[int, ...] | None:
+        """The outputs one task (llvm-cpu: its vector tile) or one invocation (Vulkan: its
+        thread tile) computes per parallel loop; None for IREE's own config."""
+        if config.get("pipeline") == AUTO:
+            return None
+        knob = "vec" if self.cpu else "thr"
+        return tuple(config.get(f"{knob}.{lp.name}", 1) for lp in self.nest.spatial)
+
     def workgroup_size(self, config: Config) -> tuple[int, int, int]:
         """Vulkan: invocations per workgroup in x, y, z."""
         sizes = [config[f"wg.{lp.name}"] // config[f"thr.{lp.name}"] for lp in self._mapped()]
