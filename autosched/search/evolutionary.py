@@ -159,8 +159,8 @@ class EvolutionarySearch:
     def _best_own(self) -> Config | None:
         """The best config this device measured for this workload (None before one ran)."""
         key = self.space.workload.key
-        mine = [r for r in self.own if r.workload_key == key and r.ok]
-        return Config(max(mine, key=score).config) if mine else None
+        best = _best_per_workload((r for r in self.own if r.workload_key == key), 1)
+        return best[0] if best else None
 
     def _tile_pick(self, picked: Sequence[Config], fresh: Sequence[Config]) -> Config | None:
         """Unless one of ``picked`` has the register tile of the best config measured so

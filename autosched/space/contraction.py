@@ -254,7 +254,7 @@ class ContractionSpace(Space):
         return tuple(config[f"tile.{a.name}"][1] for a in self.nest.spatial)
 
     def reg_elems(self, config: Config) -> int:
-        return math.prod(config[f"tile.{a.name}"][1] for a in self.nest.spatial)
+        return math.prod(self.register_tile(config))
 
     def unrolled_body(self, config: Config) -> int:
         """Vector statements in one fully unrolled reduction step of a work-item or task."""

@@ -145,7 +145,7 @@ class IreeSpace(Space):
         if config.get("pipeline") == AUTO:
             return None
         knob = "vec" if self.cpu else "thr"
-        return tuple(config.get(f"{knob}.{lp.name}", 1) for lp in self.nest.spatial)
+        return tuple(self.value(config, f"{knob}.{lp.name}") for lp in self.nest.spatial)
 
     def workgroup_size(self, config: Config) -> tuple[int, int, int]:
         """Vulkan: invocations per workgroup in x, y, z."""
