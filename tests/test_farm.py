@@ -678,3 +678,34 @@ def test_ctrl_c_ends_a_job_with_one_line_and_no_process_left(tmp_path):
         for left in marked_processes(mark):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(int(left.split(":")[0]), signal.SIGKILL)
+
+
+def test_a_closing_worker_keeps_quiet_about_the_heartbeat_its_close_cut():
+    """The traceback a Dask worker logs when its own close cuts a heartbeat in flight is
+    dropped; the same failure while the worker runs is still logged."""
+    import asyncio
+    import logging
+
+    from distributed import Scheduler, Worker
+
+    from autosched.farm.worker import ClosingHeartbeat
+
+    def record() -> logging.LogRecord:
+        return logging.LogRecord(
+            "distributed.worker", logging.ERROR, __file__, 1,
+            "Failed to communicate with scheduler during heartbeat.", None, None,
+        )  # fmt: skip
+
+    async def main() -> tuple[bool, bool, bool]:
+        async with Scheduler(host="127.0.0.1", port=0, dashboard=False) as s:
+            worker = await Worker(s.address, nthreads=1)
+            quiet = ClosingHeartbeat(worker)
+            other = logging.LogRecord(
+                "distributed.worker", logging.ERROR, __file__, 1, "other trouble", None, None
+            )
+            running = quiet.filter(record())
+            await worker.close()
+            return running, quiet.filter(record()), quiet.filter(other)
+
+    running, closed, other = asyncio.run(main())
+    assert running and not closed and other

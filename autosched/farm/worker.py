@@ -83,6 +83,7 @@ class DevicePlugin(WorkerPlugin):
         # Ctrl-C at a terminal reaches the whole process group: the job's client (or the
         # worker's nanny) owns it and closes this worker in order.
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+        logging.getLogger("distributed.worker").addFilter(ClosingHeartbeat(worker))
         if self.detach:
             # A local cluster's worker leaves the terminal's process group, so its build
             # and measurement children never see the terminal's Ctrl-C either (LLVM's
@@ -100,6 +101,25 @@ class DevicePlugin(WorkerPlugin):
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
+
+
+class ClosingHeartbeat(logging.Filter):
+    """Drops the heartbeat failure that a worker logs when its own close cut the
+    heartbeat's connection (Dask closes the worker's connections while a heartbeat may be
+    in flight): on Ctrl-C or at a deadline that traceback is noise, not trouble. A
+    heartbeat that fails while the worker still runs is logged as before."""
+
+    MESSAGE = "Failed to communicate with scheduler during heartbeat"
+
+    def __init__(self, worker: Any) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        from distributed.core import Status
+
+        closing = self.worker.status in (Status.closing, Status.closed, Status.failed)
+        return not (closing and record.getMessage().startswith(self.MESSAGE))
 
 
 def run_batch(request: BatchRequest) -> list[Record]:
