@@ -111,31 +111,19 @@ from typing import Any
 import numpy as np
 
 from autosched.space.config import Config
+from autosched.space.contraction_checks import MAX_REG_ELEMS, check
 from autosched.space.contraction_features import describe_cpu, describe_gpu
 from autosched.space.contraction_knobs import inner_widths, make_knobs, whole_tiles
 from autosched.space.cpu_seed import cpu_seed, opencl_cpu_seed, packed_twin
-from autosched.space.im2col import rewritten_nest, tail_placement, window_rows
+from autosched.space.im2col import rewritten_nest, window_rows
 from autosched.space.loopnest import LoopNest, analyze
 from autosched.space.space import (
-    MAX_PAD_WASTE,
     VECTOR_WIDTHS,
     Knob,
     Space,
     padded,
 )
 from autosched.space.space import divisors as _divisors
-
-MAX_REG_ELEMS = 256  # accumulators every device holds (llvm: more where its registers do)
-# Vector statements in the fully unrolled body of one reduction step (register tile /
-# vec, times the unrolled reduction iterations). Past this the kernel source runs to
-# thousands of lines: a conv2d config with 1024 took 8 s in TVM and 27 s in PoCL's
-# compiler for 2.6 GFLOP/s, and the fastest configs measured stay under 128.
-MAX_UNROLLED_BODY = 512
-# Registers a GPU work-item needs besides its accumulators (addresses, loop counters,
-# the operands in flight). On an H200 every sampled 512^3 matmul config whose
-# work-items x accumulators reached 65,536 (its registers per group) failed to launch
-# and every one at 32,768 or under ran; with this overhead the check draws that line.
-REG_OVERHEAD = 32
 
 
 class ContractionSpace(Space):
@@ -322,67 +310,9 @@ class ContractionSpace(Space):
         )
 
     def check(self, config: Config) -> str | None:
-        """Why ``config`` is not valid here, or None if it is."""
-        reason = self._check_knobs(config)
-        if reason:
-            return reason
-        waste = self.pad_waste(config)
-        if waste > MAX_PAD_WASTE + 1e-9:
-            return (
-                f"tiles that do not divide their axes pad the work by {waste - 1:.0%}, "
-                f"more than the {MAX_PAD_WASTE - 1:.0%} allowed"
-            )
-        if self.target == "llvm":
-            return self._check_register_tile(config)
-        threads = self.threads(config)
-        if threads > min(self.limits.max_work_group_size, self.limits.max_work_item_size):
-            return (
-                f"work-group of {threads} work-items exceeds the device limit "
-                f"{self.limits.max_work_group_size}"
-            )
-        reason = (
-            self._check_register_tile(config)
-            or self.rows
-            and tail_placement(self, config)
-            or self._check_panels(config)
-        )
-        if reason:
-            return reason
-        registers = self.limits.registers_per_group
-        acc = self.reg_elems(config)
-        if registers and threads * (acc + REG_OVERHEAD) > registers:
-            return (
-                f"{threads} work-items x ({acc} accumulators + {REG_OVERHEAD}) registers "
-                f"exceed the device's {registers} per work-group"
-            )
-        local = self.local_mem_bytes(config)
-        if local > self.limits.local_mem_bytes:
-            return (
-                f"{local} bytes of local memory exceed the device's {self.limits.local_mem_bytes}"
-            )
-        return None
-
-    def _check_panels(self, config: Config) -> str | None:
-        """OpenCL: an input packed into panels is cut into whole register tiles of the
-        innermost axis (after its vector tail's padding); a produced one's producer
-        writes them, in a kernel of its own."""
-        inner = self.nest.spatial[-1]
-        extent = padded(inner.extent, config["vec"])
-        reg = config[f"tile.{inner.name}"][1]
-        for acc in self.nest.inputs:
-            name = acc.buffer
-            if config[f"stage.{name}"] != "pack":
-                continue
-            if extent % reg:
-                return (
-                    f"stage.{name}=pack takes register tiles that divide axis "
-                    f"{inner.name} of {extent}; {reg} does not"
-                )
-            if config.get(f"fuse.{name}"):
-                return (
-                    f"stage.{name}=pack writes the panels in a kernel of its own: fuse.{name}=False"
-                )
-        return None
+        """Why ``config`` is not valid here, or None if it is
+        (:func:`autosched.space.contraction_checks.check`)."""
+        return self._check_knobs(config) or check(self, config)
 
     def max_reg_elems(self, vec: int) -> int:
         """:data:`MAX_REG_ELEMS`, or on llvm the CPU's register file in ``vec``-lane
@@ -394,37 +324,6 @@ class ContractionSpace(Space):
     def vector_registers(self, vec: int) -> int:
         """The CPU's vector registers one ``vec``-lane vector takes (14 lanes: two on AVX2)."""
         return -(-vec // max(1, self.limits.vector_lanes))
-
-    def _check_register_tile(self, config: Config) -> str | None:
-        """What both targets require of a work-item's (llvm: a task's) register tile."""
-        cap = self.max_reg_elems(config["vec"])
-        if self.reg_elems(config) > cap:
-            return f"register tile of {self.reg_elems(config)} accumulators exceeds {cap}"
-        body = self.unrolled_body(config)
-        if body > MAX_UNROLLED_BODY:
-            return f"unrolled body of {body} vector statements exceeds {MAX_UNROLLED_BODY}"
-        axis = self.vec_axis(config)
-        if axis != self.nest.spatial[-1].name:  # whole vectors of that axis, no tail
-            extent = next(a.extent for a in self.nest.spatial if a.name == axis)
-            if config["vec"] == 1:
-                return f"vec_axis={axis} takes vectors (vec > 1)"
-            if extent % config["vec"]:
-                return f"vec={config['vec']} does not divide axis {axis} of {extent}"
-        elif config["vec"] not in self._inner_vecs:
-            return f"vec={config['vec']} is not a vector width of axis {axis}"
-        if config[f"tile.{axis}"][1] % config["vec"]:
-            return f"vec={config['vec']} does not divide the register tile of axis {axis}"
-        if axis != self.nest.spatial[-1].name:
-            if self.pad_waste(config) > 1 or any(
-                a.extent % config[f"tile.{a.name}"][1] for a in self.nest.spatial
-            ):
-                return f"vec_axis={axis} takes register tiles that divide their axes"
-            for acc in self.nest.inputs:
-                if axis in acc.axes and (
-                    config.get(f"stage.{acc.buffer}") != "pack" or ((axis, 1),) not in acc.dims
-                ):
-                    return f"vec_axis={axis} needs stage.{acc.buffer}=pack (its lanes innermost)"
-        return None
 
     def default(self) -> Config:
         """The untuned schedule.
