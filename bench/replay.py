@@ -300,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
     for i, s, _seed, keys, sec in done:  # in task order: seeds ascending
         runs.setdefault((i, s), []).append(keys)
         seconds[(i, s)] = seconds.get((i, s), 0.0) + sec
+    # The models fitted in a replay give slightly different rankings on another CPU
+    # (floating-point sums in the boosted trees): each strategy's figures say where they ran.
+    from autosched.measure.cpu import host_cpu
+
+    cpu = host_cpu()
+    host = f"{cpu.name} ({cpu.model_id}, {cpu.mcpu}), {time.strftime('%Y-%m-%d')}"
     results = []
     for i in selected:
         entry, cache = entries[i], _caches[i]
@@ -327,6 +333,7 @@ def main(argv: list[str] | None = None) -> int:
             metrics["seconds_per_run"] = seconds[(i, s)] / len(seq)
             metrics["median_curve"] = [round(float(x), 4) for x in curve]
             metrics["per_seed"] = per_seed(curves, lat, latencies, args.budget)
+            metrics["replayed_on"] = host
             out[s] = metrics
         fixed = fixed_trials(cache)
         results.append(
