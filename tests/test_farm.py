@@ -690,22 +690,20 @@ def test_a_closing_worker_keeps_quiet_about_the_heartbeat_its_close_cut():
 
     from autosched.farm.worker import ClosingHeartbeat
 
-    def record() -> logging.LogRecord:
+    def record(message: str) -> logging.LogRecord:
         return logging.LogRecord(
-            "distributed.worker", logging.ERROR, __file__, 1,
-            "Failed to communicate with scheduler during heartbeat.", None, None,
-        )  # fmt: skip
+            "distributed.worker", logging.ERROR, __file__, 1, message, None, None
+        )
+
+    heartbeat = "Failed to communicate with scheduler during heartbeat."
 
     async def main() -> tuple[bool, bool, bool]:
         async with Scheduler(host="127.0.0.1", port=0, dashboard=False) as s:
             worker = await Worker(s.address, nthreads=1)
             quiet = ClosingHeartbeat(worker)
-            other = logging.LogRecord(
-                "distributed.worker", logging.ERROR, __file__, 1, "other trouble", None, None
-            )
-            running = quiet.filter(record())
+            running = quiet.filter(record(heartbeat))
             await worker.close()
-            return running, quiet.filter(record()), quiet.filter(other)
+            return running, quiet.filter(record(heartbeat)), quiet.filter(record("other"))
 
     running, closed, other = asyncio.run(main())
     assert running and not closed and other

@@ -20,6 +20,7 @@ from typing import Any
 
 import dask
 from distributed import Nanny, get_worker
+from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 
 from autosched.measure.device import select_device
@@ -110,15 +111,14 @@ class ClosingHeartbeat(logging.Filter):
     heartbeat that fails while the worker still runs is logged as before."""
 
     MESSAGE = "Failed to communicate with scheduler during heartbeat"
+    CLOSING = (Status.closing, Status.closed, Status.failed)
 
     def __init__(self, worker: Any) -> None:
         super().__init__()
         self.worker = worker
 
     def filter(self, record: logging.LogRecord) -> bool:
-        from distributed.core import Status
-
-        closing = self.worker.status in (Status.closing, Status.closed, Status.failed)
+        closing = self.worker.status in self.CLOSING
         return not (closing and record.getMessage().startswith(self.MESSAGE))
 
 

@@ -90,8 +90,9 @@ def check_panels(space: ContractionSpace, config: Config) -> str | None:
 def check_register_tile(space: ContractionSpace, config: Config) -> str | None:
     """What both targets require of a work-item's (llvm: a task's) register tile."""
     cap = space.max_reg_elems(config["vec"])
-    if space.reg_elems(config) > cap:
-        return f"register tile of {space.reg_elems(config)} accumulators exceeds {cap}"
+    elems = space.reg_elems(config)
+    if elems > cap:
+        return f"register tile of {elems} accumulators exceeds {cap}"
     body = space.unrolled_body(config)
     if body > MAX_UNROLLED_BODY:
         return f"unrolled body of {body} vector statements exceeds {MAX_UNROLLED_BODY}"
