@@ -166,6 +166,43 @@ def test_prior_charges_padding_and_wants_tasks_only_to_fill_a_cpus_cores():
     assert on_gpu[1] - on_gpu[0] == pytest.approx(0.5, rel=1e-5)
 
 
+def test_prior_charges_accumulators_past_the_register_file_twice():
+    """A register tile held through a reduction spills on every step past what the
+    registers hold; a row-wise nest's values per step (no such tile) are charged once."""
+    cpu = DeviceLimits(is_cpu=True, cores=2, compute_units=2, vector_lanes=16, vector_registers=32)
+    matmul = make_space(workload("matmul", M=512, N=512, K=512), target="llvm", limits=cpu)
+    names = feature_names(matmul)
+    col = {n: names.index(n) for n in ("log_reg", "log_acc", "log_vec", "intensity")}
+    tile = Config(
+        {
+            "reduce_at": "tile",
+            "stage.A": "global",
+            "stage.B": "global",
+            "tile.i": (8, 8),
+            "tile.j": (4, 64),
+            "tile.k": (16, 1),
+            "tile_inner": "j",
+            "vec": 16,
+        }
+    )
+    assert matmul.is_valid(tile)
+    row = featurize(matmul, [tile])[0]
+    # 8 rows of 4 vectors of 16: 512 accumulators, all 32 registers, through the reduction.
+    assert row[col["log_reg"]] == row[col["log_acc"]] == 9.0 and row[col["log_vec"]] == 4.0
+    capacity = 4 + 5 + math.log2(0.75)  # 16 lanes x 32 registers, a quarter for operands
+    fits = row.copy()
+    fits[col["log_reg"]] = fits[col["log_acc"]] = capacity
+    streamed = row.copy()
+    streamed[col["log_acc"]] = 0.0
+    over, at, once = prior_score(np.stack([row, fits, streamed]))
+    excess = 9.0 - capacity
+    assert at - over == pytest.approx(2 * excess, rel=1e-5)
+    assert once - over == pytest.approx(excess, rel=1e-5)
+    softmax = make_space(workload("softmax", rows=64, cols=128), target="llvm", limits=cpu)
+    rows = featurize(softmax, softmax.sample(np.random.default_rng(0), 50), names=names)
+    assert not rows[:, col["log_acc"]].any()
+
+
 def test_prior_ranks_recorded_configs_better_than_random(records, space_for):
     tops, randoms = [], []
     for key in _workload_keys(records):

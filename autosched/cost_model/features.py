@@ -46,6 +46,7 @@ CORE_FEATURES: tuple[str, ...] = (
     "log_work_items",
     "log_unroll",
     "log_pad_waste",
+    "log_acc",  # log2 of the accumulators a register tile keeps through a reduction (else 0)
 )
 # The device's own properties, the same for every config of a space.
 DEVICE_FEATURES: tuple[str, ...] = (
@@ -173,6 +174,18 @@ def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
     median trials to 95 % of the best from 36.5 / 27 / 48 to 4 / 21 / 11. They were
     read off those samples, of one vendor's GPUs: another GPU's measurements overrule
     them as any device's do.
+    Accumulators that a register tile keeps through a reduction (``log_acc``; a row-wise
+    nest's values per step are not such: 0) cost twice past that capacity: they spill
+    on every step of the reduction, while the tile's intensity keeps rising past it.
+    On 14 of the 15 CPU replay samples of contractions the configs whose tile is past
+    capacity by up to half a power of two ran at a 90th percentile 0.63-0.93 of those
+    within it (1.43 on the Zen 5 OpenCL 127x1000x333 matmul), and on the Zen 4 llvm
+    512^3 matmul the prior's first picks were 8x64 tiles taking all 32 registers
+    (0.28-0.92 of the best). With the term its top 8 average 0.72 of the best, not 0.53,
+    and the replayed search (20 seeds) gets to 95 % in 4.5 trials, not 18; over all 26
+    samples the model search's scores summed 20.46 -> 20.61 (replayed on a Zen 4,
+    2026-12-01). The softmax samples, whose best configs on the Zen 3 hold per step
+    more values than that capacity, read as before.
     Tiles that do not divide their axis walk padding, which costs its share of the time
     on any device: log2 of walked over needed iterations comes off the score (a log2
     throughput scale). On a CPU the parallel tasks need only fill the cores (each core
@@ -214,6 +227,7 @@ def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
         - vector * np.maximum(0.0, c["log_vec"] - best_vec)
         + 0.5 * np.minimum(c["log_reg"], capacity)
         - 1.0 * np.maximum(0.0, c["log_reg"] - capacity)
+        - 1.0 * np.maximum(0.0, c["log_acc"] - capacity)
         + 0.5 * np.log2(1.0 + np.maximum(c["intensity"], 0.0))
         + 0.25 * np.minimum(c["log_unroll"], 1.0)
         - 0.5 * np.maximum(0.0, c["dev_log_units"] + gpu - c["log_groups"])

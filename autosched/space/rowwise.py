@@ -338,6 +338,7 @@ class RowSpace(Space):
             "log_threads": math.log2(threads),
             "log_groups": math.log2(groups),
             "log_reg": math.log2(vec * unroll),
+            "log_acc": 0.0,  # no register tile held through a reduction
             "log_vec": math.log2(vec),
             "intensity": self.workload.flops() / max(moved, 1),
             "staged": float(cross),
