@@ -172,7 +172,7 @@ def test_prior_charges_accumulators_past_the_register_file_twice():
     cpu = DeviceLimits(is_cpu=True, cores=2, compute_units=2, vector_lanes=16, vector_registers=32)
     matmul = make_space(workload("matmul", M=512, N=512, K=512), target="llvm", limits=cpu)
     names = feature_names(matmul)
-    col = {n: names.index(n) for n in ("log_reg", "log_acc", "log_vec", "intensity")}
+    col = {n: names.index(n) for n in ("log_reg", "log_acc", "log_vec")}
     tile = Config(
         {
             "reduce_at": "tile",
