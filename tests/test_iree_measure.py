@@ -33,7 +33,8 @@ def test_repeated_dispatches_time_the_kernels_not_the_call(vulkan):
     times it). The kernel is large enough that the call's own cost does not decide
     that: at 128^3 (a 0.25 ms kernel in a 0.5 ms call) the ratio read 0.47-0.89 on a
     Zen 4 and 0.15 once in CI there, at 256^3 0.50-1.04 (the plain call runs at one
-    or two of lavapipe's threads' speed: 1.9 or 3.7 ms)."""
+    or two of lavapipe's threads' speed: 1.9 or 3.7 ms), and 0.28 once in CI, after
+    the other timed tests: the plain calls are timed before and after the repeated."""
     wl = autosched.workload("matmul", M=256, N=256, K=256)
     space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
     plain = build_iree(space, space.default())
@@ -45,9 +46,12 @@ def test_repeated_dispatches_time_the_kernels_not_the_call(vulkan):
     with MeasureWorker(vulkan, timeout_s=120) as worker:
         one = worker.measure(plain, make_data(wl), timing)
         per = worker.measure(repeated, make_data(wl), timing)
-    assert one.status == OK and per.status == OK, (one.error, per.error)
-    ratio = float(np.median(per.latencies) / np.median(one.latencies))
-    assert 1 / 3 < ratio < 3, ratio
+        again = worker.measure(plain, make_data(wl), timing)  # around it: a burst decides less
+    assert one.status == OK and per.status == OK and again.status == OK, (one.error, per.error)
+    call = min(np.median(one.latencies), np.median(again.latencies))
+    ratio = float(np.median(per.latencies) / call)
+    # Not dividing by the repeats reads about 9, dividing twice about 1/9.
+    assert 1 / 5 < ratio < 3, ratio
 
 
 _ALIGNED_READBACK = """
