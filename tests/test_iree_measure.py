@@ -47,7 +47,8 @@ def test_repeated_dispatches_time_the_kernels_not_the_call(vulkan):
         one = worker.measure(plain, make_data(wl), timing)
         per = worker.measure(repeated, make_data(wl), timing)
         again = worker.measure(plain, make_data(wl), timing)  # around it: a burst decides less
-    assert one.status == OK and per.status == OK and again.status == OK, (one.error, per.error)
+    timed = (one, per, again)
+    assert all(m.status == OK for m in timed), [m.error for m in timed]
     call = min(np.median(one.latencies), np.median(again.latencies))
     ratio = float(np.median(per.latencies) / call)
     # Not dividing by the repeats reads about 9, dividing twice about 1/9.
