@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -302,6 +303,45 @@ def test_kernel_tuner_simulation_mode_over_a_small_cache(small):
         assert kt.run("bayes_opt", 2, 24) != first
     finally:
         kt.close()
+
+
+def test_kernel_tuner_s_first_run_in_a_process_is_the_run_its_seed_repeats():
+    """Importing Kernel Tuner's bayes_opt draws from Python's generator: a process's
+    first run (the first of each replay worker) drew other numbers than its seed's
+    later runs, unless the seeding comes after the imports. In a fresh interpreter."""
+    script = (
+        "import sys; sys.path.insert(0, sys.argv[1])\n"
+        "from autosched.tuning.replay import caches_from_records, read_records\n"
+        "from bench.replay_strategies import KernelTunerReplay\n"
+        "(cache,) = caches_from_records(read_records(sys.argv[2]))\n"
+        "kt = KernelTunerReplay(cache)\n"
+        "runs = [kt.run('genetic_algorithm', 3, 64) for _ in range(2)]\n"
+        "kt.close()\n"
+        "print(runs[0] == runs[1], len(runs[0]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT), str(ZEN4)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    assert out.stdout.split() == ["True", "64"], out.stdout + out.stderr[-2000:]
+
+
+def test_kernel_tuner_s_genetic_algorithm_mutates_in_a_whole_space():
+    """The llvm softmax sample holds 2,799 of its space's 2,800 configs, so many are
+    Hamming neighbours: Kernel Tuner 1.5's neighbour cache kept a NumPy array where it
+    appends later, and its genetic algorithm's seed 9 failed on ``append`` in a
+    mutation; the harness keeps that cache's entries as lists (same neighbours)."""
+    path = ROOT / "bench" / "replay" / "softmax-1536x128-llvm-zen4.jsonl.gz"
+    (cache,) = caches_from_records(read_records(path))
+    kt = KernelTunerReplay(cache)
+    try:
+        keys = kt.run("genetic_algorithm", 9, 64)
+    finally:
+        kt.close()
+    assert len(keys) == 64 and len(set(keys)) == 64 and set(keys) <= set(cache.records)
 
 
 def test_tpe_measures_its_budget_in_a_sparse_sample(small):
