@@ -50,6 +50,7 @@ from bench.replay_metrics import (  # noqa: E402
     seed_curves,
     summarise,
     support,
+    transfer_summary,
 )
 from bench.replay_strategies import (  # noqa: E402
     KernelTunerReplay,
@@ -385,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
         "of the seeds' per_seed scores); support: per target, the share of 1000 bootstrap "
         "resamples of every strategy's seeds in which it holds",
         "wall_s": round(wall, 1),
+        "transfer": transfer_summary(results, args.budget),
         "caches": results,
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
@@ -415,6 +417,16 @@ def main(argv: list[str] | None = None) -> int:
                 "  targets (share of seed resamples where it holds): "
                 + ", ".join(f"{k}={v} ({held.get(k, '-')})" for k, v in entry["targets"].items())
             )
+    summary = report["transfer"]
+    if summary:
+        print(
+            f"\ntransfer, {summary['caches']} samples with sources ({summary['statistic']}): "
+            f"fewer trials than cold on {summary['transfer_fewer']}, as many on "
+            f"{summary['transfer_as_many']}, more on {summary['transfer_more']}, more than "
+            f"random search on {summary['transfer_more_than_random']}; mean "
+            f"{summary['mean_transfer']} against {summary['mean_cold']} cold and "
+            f"{summary['mean_random']} random"
+        )
     print(f"\n{len(tasks)} runs in {wall:.0f} s; wrote {args.json} and {args.png}")
     return 0
 

@@ -38,6 +38,7 @@ from bench.replay_metrics import (  # noqa: E402
     seed_scores,
     summarise,
     support,
+    transfer_summary,
     trials_to,
 )
 from bench.replay_strategies import KernelTunerReplay, autosched_run, fixed_trials  # noqa: E402
@@ -255,6 +256,37 @@ def test_the_metrics_on_a_hand_made_cache():
     few = [1.0 / v for v in range(1, 21)]
     assert methodology_score([[1 / 20] * 16], few, 16) == pytest.approx(1.0)
     assert methodology_score([[1 / 5] * 16], few, 16) < 0
+
+
+def test_the_transfer_summary_over_caches():
+    """Each cache's mean trials to 95 % over its seeds (a run that never gets there
+    counting as budget + 1), cold against transfer and random; caches without a
+    transfer run are left out."""
+
+    def entry(file, cold, transfer, rnd):
+        runs = {"autosched-model": cold, "autosched-model-transfer": transfer}
+        runs["autosched-random"] = rnd
+        return {
+            "file": file,
+            "strategies": {k: {"per_seed": {"trials_to_95": v}} for k, v in runs.items()},
+        }
+
+    caches = [
+        entry("a", [2.0, 10.0], [2.0, 4.0], [None, None]),  # fewer: 3 against 6
+        entry("b", [2.0, 2.0], [2.0, 2.0], [2.0, 2.0]),  # as many
+        entry("c", [4.0, None], [None, None], [30.0, None]),  # more: 65 against 34.5
+        {"file": "d", "strategies": {"autosched-model": {"per_seed": {"trials_to_95": [1]}}}},
+    ]
+    out = transfer_summary(caches, 64)
+    assert out["caches"] == 3
+    assert (out["transfer_fewer"], out["transfer_as_many"], out["transfer_more"]) == (1, 1, 1)
+    # c: transfer 65 against random's 47.5
+    assert out["transfer_more_than_random"] == 1
+    assert [r["file"] for r in out["per_cache"]] == ["a", "b", "c"]
+    assert out["per_cache"][2] == {"file": "c", "cold": 34.5, "transfer": 65.0, "random": 47.5}
+    assert out["mean_cold"] == round((6 + 2 + 34.5) / 3, 2)
+    assert out["mean_transfer"] == round((3 + 2 + 65) / 3, 2)
+    assert transfer_summary(caches[3:], 64) == {}
 
 
 def test_the_seed_figures_and_how_firmly_a_target_holds():
