@@ -213,11 +213,7 @@ def transfer_summary(caches: Sequence[dict[str, Any]], budget: int) -> dict[str,
     mean over the caches. Medians per cache flip on one seed where a sample's best is a
     handful of configs; the mean over seeds and caches says what transfer buys a farm
     starting workloads on many device families."""
-    cold_name, transfer_name, random_name = (
-        "autosched-model",
-        "autosched-model-transfer",
-        "autosched-random",
-    )
+    names = ("autosched-model", "autosched-model-transfer", "autosched-random")
 
     def mean_t95(strategy: dict[str, Any]) -> float:
         runs = strategy["per_seed"]["trials_to_95"]
@@ -226,7 +222,6 @@ def transfer_summary(caches: Sequence[dict[str, Any]], budget: int) -> dict[str,
     rows = []
     for entry in caches:
         s = entry["strategies"]
-        names = (cold_name, transfer_name, random_name)
         if not all(n in s and "per_seed" in s[n] for n in names):
             continue
         cold, transfer, rnd = (mean_t95(s[n]) for n in names)

@@ -264,8 +264,11 @@ def test_the_transfer_summary_over_caches():
     transfer run are left out."""
 
     def entry(file, cold, transfer, rnd):
-        runs = {"autosched-model": cold, "autosched-model-transfer": transfer}
-        runs["autosched-random"] = rnd
+        runs = {
+            "autosched-model": cold,
+            "autosched-model-transfer": transfer,
+            "autosched-random": rnd,
+        }
         return {
             "file": file,
             "strategies": {k: {"per_seed": {"trials_to_95": v}} for k, v in runs.items()},
