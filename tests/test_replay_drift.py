@@ -1,5 +1,5 @@
 """Replay caches without the machine's drift: each batch's speed fitted from the configs
-measured in several batches (autosched.tuning.replay.batch_drift, drift_free), and the
+measured in several batches (autosched.records.drift.batch_drift, drift_free), and the
 replay's score where random search ends at an optimum that is a mean of readings."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from autosched.tuning.replay import batch_drift, caches_from_records, read_records
+from autosched.records.drift import batch_drift
+from autosched.tuning.replay import caches_from_records, read_records
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))

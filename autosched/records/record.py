@@ -8,7 +8,7 @@ full device fingerprint, the schedule config, and what happened when it ran.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # Status of a measured candidate. "ok" means the output matched the reference and
@@ -89,6 +89,19 @@ class Record:
     @property
     def op(self) -> str:
         return str(self.workload["op"])
+
+    def scaled(self, ratio: float) -> Record:
+        """This record as if its machine had run ``ratio`` times faster: latencies divided
+        by ``ratio``, throughput multiplied. A failed record, or a ratio of 1, is returned
+        as it is."""
+        if ratio == 1.0 or not self.ok or not self.latency_s:
+            return self
+        return replace(
+            self,
+            latencies=tuple(x / ratio for x in self.latencies),
+            latency_s=self.latency_s / ratio,
+            gflops=self.gflops * ratio if self.gflops else self.gflops,
+        )
 
     def to_json(self) -> dict[str, Any]:
         """Plain data for JSON Lines export (includes the format version)."""

@@ -22,7 +22,6 @@ as before, so what a build applies never rests on a scaled figure.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -67,7 +66,7 @@ class BatchControl:
             again = [r for r in records if r.config_key == control.key and r.ok and r.latency_s]
             if again:
                 ratio = again[0].latency_s / self.figures[control.key]
-        out = [_scaled(r, ratio) for r in mine]
+        out = [r.scaled(ratio) for r in mine]
         for r in out:
             if r.ok and r.latency_s:
                 self._keep(Config(r.config), r.latency_s)
@@ -78,14 +77,3 @@ class BatchControl:
         if key not in self.figures or seconds < self.figures[key]:
             self.figures[key] = seconds
             self.configs[key] = config
-
-
-def _scaled(record: Record, ratio: float) -> Record:
-    if ratio == 1.0 or not record.ok or not record.latency_s:
-        return record
-    return dataclasses.replace(
-        record,
-        latencies=tuple(x / ratio for x in record.latencies),
-        latency_s=record.latency_s / ratio,
-        gflops=record.gflops * ratio if record.gflops else record.gflops,
-    )

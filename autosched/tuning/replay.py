@@ -12,14 +12,10 @@ seeded replay is deterministic. A config that is not recorded is refused
 (:class:`NotRecorded`), never measured, guessed or stored.
 
 A config's figure in a cache is what the device measured with the machine's drift
-taken out (:func:`batch_drift`): a shared machine runs batch after batch at different
-speeds (a sample's 32-config batches ran 0.93-1.52x apart on a 2-core Zen 4 VM), and
-each batch of a tuning run also times the config held best so far (the batch control,
-:mod:`autosched.tuning.control`), so the configs measured in several batches say how
-fast each batch ran. A replayed search sees each config at its own speed, not at the
-speed of the minute it happened to be measured in, as a live search does through its
-controls; a config measured several times (a control, a finalist) carries the mean of
-its readings, not whichever came first.
+taken out (:func:`autosched.records.drift.drift_free`): a replayed search sees each
+config at its own speed, not at the speed of the minute it happened to be measured in,
+as a live search does through its batch controls; a config measured several times (a
+control, a finalist) carries the mean of its readings, not whichever came first.
 """
 
 from __future__ import annotations
@@ -28,17 +24,14 @@ import dataclasses
 import gzip
 import io
 import itertools
-import math
 import os
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from autosched.errors import AutoschedError, InvalidInputError
 from autosched.ops import Workload, workload_from_json
+from autosched.records.drift import drift_free
 from autosched.records.files import parse_line
 from autosched.records.record import Record
 from autosched.space.config import Config
@@ -70,7 +63,7 @@ class ReplayCache:
 
     ``records`` maps config keys to one record of each config: its first, with the
     latencies and throughput of all its readings, each batch's drift taken out
-    (:func:`drift_free`).
+    (:func:`~autosched.records.drift.drift_free`).
     """
 
     workload: Workload
@@ -106,93 +99,6 @@ def read_records(path: str | os.PathLike[str]) -> list[Record]:
             out.append(parse_line(line))
         except InvalidInputError as exc:
             raise InvalidInputError(f"{os.fspath(path)} line {number}: {exc}") from None
-    return out
-
-
-def batch_drift(records: Sequence[Record]) -> dict[float, float]:
-    """How much slower than usual each batch of ``records`` (one workload on one device)
-    ran: the factor its latencies were multiplied by, per batch (``started_at``) of
-    more than one record.
-
-    Fitted by least squares on log latency = config + batch over the readings of the
-    configs measured in more than one batch (a config read once says nothing of its
-    batch's speed), each batch's term shrunk toward no drift by the ratio of the
-    readings' own noise to the spread of the batches' drift, both estimated from the
-    readings (empirical Bayes): a batch linked to the others by one noisy reading moves
-    by what that reading says beyond its noise, one linked by many moves by what they
-    agree on, and a batch that no such config links stays at 1. The factors' median
-    over the linked batches is 1; no measurable drift gives no factors.
-    """
-    sizes = Counter(r.started_at for r in records)
-    # A batch's factor matters for the other configs it measured: a batch of one config
-    # (records of a runner that timed one config at a time) has none, and records
-    # without a start time have no batch to speak of.
-    ok = [
-        r
-        for r in records
-        if r.ok and r.latency_s and r.started_at is not None and sizes[r.started_at] > 1
-    ]
-    batches: dict[str, set[float]] = {}
-    for r in ok:
-        batches.setdefault(r.config_key, set()).add(r.started_at)
-    linked = [r for r in ok if len(batches[r.config_key]) > 1]
-    if not linked:
-        return {}
-    configs = {k: i for i, k in enumerate(dict.fromkeys(r.config_key for r in linked))}
-    starts = {b: i for i, b in enumerate(dict.fromkeys(r.started_at for r in linked))}
-    n, m = len(configs), len(starts)
-    design = np.zeros((len(linked), n + m))
-    rows = np.arange(len(linked))
-    design[rows, [configs[r.config_key] for r in linked]] = 1.0
-    design[rows, [n + starts[r.started_at] for r in linked]] = 1.0
-    target = np.log([r.latency_s for r in linked])
-
-    def fit(shrink: float) -> np.ndarray:
-        a = np.vstack([design, np.hstack([np.zeros((m, n)), math.sqrt(shrink) * np.eye(m)])])
-        return np.linalg.lstsq(a, np.concatenate([target, np.zeros(m)]), rcond=None)[0]
-
-    loose = fit(1e-9)  # the gauge only: configs and batches trade a constant
-    residual = target - design @ loose
-    dof = len(linked) - np.linalg.matrix_rank(design)
-    if dof <= 0:
-        return {}
-    noise = float(residual @ residual) / dof
-    per_batch = design[:, n:].sum(axis=0)
-    drift = loose[n:] - np.median(loose[n:])
-    spread = float(np.mean(drift**2)) - noise * float(np.mean(1.0 / per_batch))
-    if spread <= 0.0:
-        return {}
-    solution = fit(max(noise / spread, 1e-9))
-    drift = solution[n:] - np.median(solution[n:])
-    return {b: math.exp(drift[i]) for b, i in starts.items()}
-
-
-def drift_free(records: Sequence[Record]) -> dict[str, Record]:
-    """Each config's record with the drift of its batches taken out (:func:`batch_drift`):
-    its first record, with the geometric mean over its readings of latency / batch factor
-    (latencies and throughput scaled to match); a failed config keeps its first record."""
-    drift = batch_drift(records)
-    readings: dict[str, list[float]] = {}
-    first: dict[str, Record] = {}
-    for r in records:
-        first.setdefault(r.config_key, r)
-        if r.ok and r.latency_s:
-            readings.setdefault(r.config_key, []).append(
-                math.log(r.latency_s / drift.get(r.started_at, 1.0))
-            )
-    out = {}
-    for key, r in first.items():
-        logs = readings.get(key)
-        if not r.ok or not r.latency_s or not logs:
-            out[key] = r
-            continue
-        scale = math.exp(sum(logs) / len(logs)) / r.latency_s
-        out[key] = dataclasses.replace(
-            r,
-            latencies=tuple(x * scale for x in r.latencies),
-            latency_s=r.latency_s * scale,
-            gflops=r.gflops / scale if r.gflops else r.gflops,
-        )
     return out
 
 
