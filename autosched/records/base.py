@@ -15,7 +15,11 @@ conformance suite over each):
   and run): adding one twice stores it once. That makes imports repeatable.
 * ``query`` filters are ANDed; ``None`` means "any". Results are ordered by id (the order
   of insertion).
-* ``best`` returns only ``ok`` records, fastest (lowest ``latency_s``) first.
+* ``best`` ranks a workload's configs, each once, fastest first: each by all its ok
+  readings, the drift of the batches they ran in taken out
+  (:func:`autosched.records.drift.fastest`), so a config read once in a quiet minute
+  does not beat one read in every batch. Each comes as its first ok record with the
+  config's figure in place of that reading (its id, config and provenance as stored).
 """
 
 from __future__ import annotations
@@ -55,7 +59,7 @@ class Database(Protocol):
         device_family: str | None = None,
         k: int = 1,
     ) -> list[Record]:
-        """The ``k`` fastest ok records of a workload, fastest first."""
+        """The ``k`` fastest configs of a workload, fastest first, one record each."""
         ...
 
     def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:

@@ -11,6 +11,7 @@ from types import TracebackType
 from typing import Any, Self
 
 from autosched.records import rows
+from autosched.records.drift import fastest
 from autosched.records.record import Record
 
 
@@ -57,11 +58,17 @@ class SQLReads:
         device_family: str | None = None,
         k: int = 1,
     ) -> list[Record]:
-        """The ``k`` fastest ok records of a workload, fastest first (ties by id)."""
-        sql, params = rows.best_sql(
-            workload_key, target=target, device_key=device_key, device_family=device_family, k=k
+        """The ``k`` fastest configs of a workload, fastest first (ties by id), each as one
+        record with its readings' drift-free figure (:func:`~autosched.records.drift.fastest`)."""
+        rows.check_count("k", k, minimum=1)
+        rows.check_filter("workload_key", workload_key)
+        found = self.query(
+            workload_key=workload_key,
+            target=target,
+            device_key=device_key,
+            device_family=device_family,
         )
-        return [rows.from_row(row) for row in self._read(sql, params)]
+        return fastest(found, k)
 
     def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:
         """Config keys already measured (any status) for this workload on this exact device."""

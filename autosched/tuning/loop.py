@@ -296,8 +296,9 @@ def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str
 
 def _chosen(db: Database, pair: Pair, final: list[Record]) -> Record | None:
     """The config every reader of the records takes (``autosched best``, ``compile``, Relax
-    builds: the fastest ok record), shown by its side-by-side record from the final round
-    when it has one (so its figure and the default's come from one interleaved run)."""
+    builds: the records' fastest config, every reading counted), shown by its side-by-side
+    record from the final round when it has one (so its figure and the default's come
+    from one interleaved run)."""
     where = dict(device_key=pair.slot.device_key, target=pair.task.target)
     top = db.best(pair.task.workload.key, k=1, **where)
     if not top:
@@ -314,8 +315,8 @@ def _chosen(db: Database, pair: Pair, final: list[Record]) -> Record | None:
             leader.config_key,
             top[0].config_key,
         )
-    stored = db.best(pair.task.workload.key, k=50, **where)
     shown = min(mine, key=lambda r: r.latency_s or float("inf"))
+    stored = db.query(workload_key=pair.task.workload.key, status="ok", **where)
     return next(
         (r for r in stored if r.config_key == shown.config_key and r.timestamp == shown.timestamp),
         shown,
@@ -327,15 +328,11 @@ def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) ->
     handles: dict[Any, Pair] = {}
     for pair in pairs:
         ranked = db.best(
-            pair.task.workload.key,
-            device_key=pair.slot.device_key,
-            target=pair.task.target,
-            k=k * (k + 2),  # earlier runs' finalists hold several records each
+            pair.task.workload.key, device_key=pair.slot.device_key, target=pair.task.target, k=k
         )
         if not ranked:
             continue
-        unique = {r.config_key: r for r in reversed(ranked)}  # keeps each one's fastest
-        configs = [Config(r.config) for r in ranked if unique.pop(r.config_key, None)][:k]
+        configs = [Config(r.config) for r in ranked]
         if pair.default.key not in {c.key for c in configs}:
             configs.append(pair.default)
         request = BatchRequest(
