@@ -15,14 +15,45 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
+from typing import NamedTuple, Protocol
 
 import numpy as np
 
-from autosched.records.record import Record
+from autosched.records.record import OK, Record
 
 
-def batch_drift(records: Sequence[Record]) -> dict[float, float]:
+class Reading(Protocol):
+    """What the fit reads of a record (a :class:`Record` is one)."""
+
+    @property
+    def config_key(self) -> str: ...
+    @property
+    def device_key(self) -> str: ...
+    @property
+    def latency_s(self) -> float | None: ...
+    @property
+    def started_at(self) -> float | None: ...
+    @property
+    def ok(self) -> bool: ...
+
+
+class Row(NamedTuple):
+    """A record's columns that the fit reads, without its JSON (a database's first pass)."""
+
+    id: int
+    config_key: str
+    device_key: str
+    status: str
+    latency_s: float | None
+    started_at: float | None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+
+def batch_drift(records: Sequence[Reading]) -> dict[float, float]:
     """How much slower than usual each batch of ``records`` (one workload on one device)
     ran: the factor its latencies were multiplied by, per batch (``started_at``) of
     more than one record.
@@ -85,47 +116,58 @@ def drift_free(records: Sequence[Record]) -> dict[str, Record]:
     its first ok record, with the geometric mean over its readings of latency / batch
     factor (latencies and throughput scaled to match); a config that never ran keeps its
     first record."""
-    drift = batch_drift(records)
-    readings: dict[str, list[float]] = {}
-    first: dict[str, Record] = {}
+    ratios = speed_ratios(records)
+    out: dict[str, Record] = {}
     for r in records:
-        held = first.setdefault(r.config_key, r)
-        if r.ok and not held.ok:
-            first[r.config_key] = r
-        if r.ok and r.latency_s:
-            readings.setdefault(r.config_key, []).append(
-                math.log(r.latency_s / drift.get(r.started_at, 1.0))
-            )
-    out = {}
-    for key, r in first.items():
-        logs = readings.get(key)
-        if not logs or not r.ok:
-            out[key] = r
-        elif len(logs) == 1:  # its one reading: as measured, its batch's drift out
-            out[key] = r.scaled(drift.get(r.started_at, 1.0))
-        else:
-            out[key] = r.scaled(r.latency_s / math.exp(sum(logs) / len(logs)))
+        out.setdefault(r.config_key, r)
+    for key, (i, ratio) in ratios.items():
+        out[key] = records[i].scaled(ratio)
     return out
 
 
-def fastest(records: Iterable[Record], k: int) -> list[Record]:
+def speed_ratios(records: Sequence[Reading]) -> dict[str, tuple[int, float]]:
+    """Per config that ran (one workload on one device): (the index of its first ok
+    reading, how much faster that reading was than the config's drift-free figure)."""
+    drift = batch_drift(records)
+    logs: dict[str, list[float]] = {}
+    first: dict[str, int] = {}
+    for i, r in enumerate(records):
+        if r.ok and r.latency_s:
+            first.setdefault(r.config_key, i)
+            logs.setdefault(r.config_key, []).append(
+                math.log(r.latency_s / drift.get(r.started_at, 1.0))
+            )
+    out = {}
+    for key, i in first.items():
+        r, values = records[i], logs[key]
+        if len(values) == 1:  # its one reading: as measured, its batch's drift out
+            out[key] = (i, drift.get(r.started_at, 1.0))
+        else:
+            out[key] = (i, r.latency_s / math.exp(sum(values) / len(values)))  # type: ignore[operator]
+    return out
+
+
+def leaders(records: Sequence[Reading], k: int) -> list[tuple[int, float]]:
     """The ``k`` configs of ``records`` (one workload) that ran fastest, fastest first
-    (ties by id): each config once, as its :func:`drift_free` record, the drift of each
-    device's batches fitted on that device's records alone. A config measured on several
+    (ties by position): (the index of each one's first ok reading, that reading's speed
+    against the config's figure, as :func:`speed_ratios`). The drift of each device's
+    batches is fitted on that device's records alone; a config measured on several
     devices (one family under several driver versions) counts at its fastest."""
-    per_device: dict[str, list[Record]] = {}
-    for r in records:
-        per_device.setdefault(r.device_key, []).append(r)
-    best: dict[str, Record] = {}
-    for recs in per_device.values():
-        for key, r in drift_free(recs).items():
-            held = best.get(key)
-            if not r.ok or not r.latency_s:
-                continue
-            if held is None or _order(r) < _order(held):
-                best[key] = r
-    return sorted(best.values(), key=_order)[:k]
+    per_device: dict[str, list[int]] = {}
+    for i, r in enumerate(records):
+        per_device.setdefault(r.device_key, []).append(i)
+    best: dict[str, tuple[float, int, float]] = {}
+    for where in per_device.values():
+        for key, (j, ratio) in speed_ratios([records[i] for i in where]).items():
+            i = where[j]
+            figure = (records[i].latency_s or math.inf) / ratio
+            if key not in best or (figure, i) < best[key][:2]:
+                best[key] = (figure, i, ratio)
+    ranked = sorted(best.values())[:k]
+    return [(i, ratio) for _, i, ratio in ranked]
 
 
-def _order(r: Record) -> tuple[float, int]:
-    return (r.latency_s or math.inf, r.id if r.id is not None else -1)
+def fastest(records: Sequence[Record], k: int) -> list[Record]:
+    """:func:`leaders` as records: each config's first ok record with its drift-free
+    figure (as :func:`drift_free` gives it)."""
+    return [records[i].scaled(ratio) for i, ratio in leaders(records, k)]

@@ -56,6 +56,8 @@ STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
 OK_ROWS = "status = 'ok' AND latency_s IS NOT NULL"
 
 COLUMNS = ", ".join(("id", *FIELDS))
+# What :class:`autosched.records.drift.Row` holds, in its order.
+READING_COLUMNS = "id, config_key, device_key, status, latency_s, started_at"
 INSERT = (
     f"INSERT INTO records ({', '.join((*FIELDS, 'op'))}) "
     f"VALUES ({', '.join('?' * (len(FIELDS) + 1))})"
@@ -193,8 +195,11 @@ def check_count(name: str, value: Any, *, minimum: int) -> None:
 # -- the read statements of the protocol -------------------------------------------------
 
 
-def query_sql(filters: dict[str, str | None], limit: int | None) -> tuple[str, list[Any]]:
-    """``query``: every given filter ANDed, in insertion order (by id)."""
+def query_sql(
+    filters: dict[str, str | None], limit: int | None, *, columns: str = COLUMNS
+) -> tuple[str, list[Any]]:
+    """``query``: every given filter ANDed, in insertion order (by id); ``columns`` are
+    what it selects (``best``'s first read takes :data:`READING_COLUMNS`)."""
     clauses: list[str] = []
     params: list[Any] = []
     for name, value in filters.items():
@@ -202,7 +207,7 @@ def query_sql(filters: dict[str, str | None], limit: int | None) -> tuple[str, l
         if value is not None:
             clauses.append(f"{name} = ?")
             params.append(value)
-    sql = f"SELECT {COLUMNS} FROM records"
+    sql = f"SELECT {columns} FROM records"
     if clauses:
         sql += " WHERE " + " AND ".join(clauses)
     sql += " ORDER BY id"
@@ -211,6 +216,11 @@ def query_sql(filters: dict[str, str | None], limit: int | None) -> tuple[str, l
         sql += " LIMIT ?"
         params.append(limit)
     return sql, params
+
+
+def by_id_sql(ids: Sequence[int]) -> tuple[str, list[Any]]:
+    """The whole rows of the records ``ids``."""
+    return f"SELECT {COLUMNS} FROM records WHERE id IN ({', '.join('?' * len(ids))})", list(ids)
 
 
 def measured_sql(workload_key: str, *, device_key: str, target: str) -> tuple[str, list[Any]]:
