@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from autosched.records import drift as drift_module
 from autosched.records.drift import batch_drift
 from autosched.tuning.replay import caches_from_records, read_records
 
@@ -76,6 +77,24 @@ def test_the_batch_drift_of_a_sample_is_taken_out(records):
     single = [r for r in recs if r.config_key not in ("c0", "c1")]
     (plain,) = caches_from_records(single)
     assert all(plain.records[r.config_key].gflops == pytest.approx(r.gflops) for r in single)
+
+
+def test_a_farm_sized_fit_is_solved_sparse_as_the_dense_solve_would(records, monkeypatch):
+    """A workload tuned for hours has thousands of batches: past a few hundred configs
+    and batches the fit runs as sparse least squares (the dense one took 7.5 s for 1500
+    batches), and gives the dense fit's factors."""
+    template = next(r for r in records if r.ok)
+    rng = np.random.default_rng(4)
+    drift = list(rng.choice([1.0, 1.0, 0.8, 1.3], size=600))
+    recs = _batches(template, list(rng.uniform(1.0, 4.0, size=2 + 8 * 600)), drift, noise=0.01)
+    assert 2 + 600 > drift_module._DENSE_UP_TO  # this one is solved sparse
+    sparse_fit = batch_drift(recs)
+    monkeypatch.setattr(drift_module, "_DENSE_UP_TO", 10**6)
+    dense_fit = batch_drift(recs)
+    assert len(sparse_fit) == len(dense_fit) == 600
+    assert all(sparse_fit[b] == pytest.approx(dense_fit[b], rel=1e-9) for b in dense_fit)
+    truth = np.array(drift) / np.median(drift)
+    assert np.allclose([sparse_fit[1000.0 + b] for b in range(600)], truth, rtol=0.03)
 
 
 def test_readings_without_drift_are_left_as_measured(records):

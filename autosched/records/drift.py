@@ -16,11 +16,14 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
 from autosched.records.record import OK, Record
+
+if TYPE_CHECKING:
+    from scipy import sparse
 
 
 class Reading(Protocol):
@@ -84,31 +87,58 @@ def batch_drift(records: Sequence[Reading]) -> dict[float, float]:
         return {}
     configs = {k: i for i, k in enumerate(dict.fromkeys(r.config_key for r in linked))}
     starts = {b: i for i, b in enumerate(dict.fromkeys(r.started_at for r in linked))}
+    from scipy import sparse  # here: opening a database does not load SciPy
+    from scipy.sparse import csgraph
+
     n, m = len(configs), len(starts)
-    design = np.zeros((len(linked), n + m))
-    rows = np.arange(len(linked))
-    design[rows, [configs[r.config_key] for r in linked]] = 1.0
-    design[rows, [n + starts[r.started_at] for r in linked]] = 1.0
+    cols = [configs[r.config_key] for r in linked] + [n + starts[r.started_at] for r in linked]
+    rows = list(range(len(linked))) * 2
+    design = sparse.csr_matrix((np.ones(len(cols)), (rows, cols)), shape=(len(linked), n + m))
     target = np.log([r.latency_s for r in linked])
+    fit = _small_fit if n + m <= _DENSE_UP_TO else _large_fit
 
-    def fit(shrink: float) -> np.ndarray:
-        a = np.vstack([design, np.hstack([np.zeros((m, n)), math.sqrt(shrink) * np.eye(m)])])
-        return np.linalg.lstsq(a, np.concatenate([target, np.zeros(m)]), rcond=None)[0]
-
-    loose = fit(1e-9)  # the gauge only: configs and batches trade a constant
+    loose = fit(design, target, n, 1e-9)  # the gauge only: configs and batches trade a constant
     residual = target - design @ loose
-    dof = len(linked) - np.linalg.matrix_rank(design)
+    # Each connected set of configs and batches leaves one constant free.
+    components = csgraph.connected_components(design.T @ design, directed=False)[0]
+    dof = len(linked) - (n + m - components)
     if dof <= 0:
         return {}
     noise = float(residual @ residual) / dof
-    per_batch = design[:, n:].sum(axis=0)
+    per_batch = np.asarray(design[:, n:].sum(axis=0)).ravel()
     drift = loose[n:] - np.median(loose[n:])
     spread = float(np.mean(drift**2)) - noise * float(np.mean(1.0 / per_batch))
     if spread <= 0.0:
         return {}
-    solution = fit(max(noise / spread, 1e-9))
+    solution = fit(design, target, n, max(noise / spread, 1e-9))
     drift = solution[n:] - np.median(solution[n:])
     return {b: math.exp(drift[i]) for b, i in starts.items()}
+
+
+# Up to this many configs and batches the fit is solved dense and exactly (every replay
+# sample so far: at most 114); beyond it, by sparse least squares (a farm's records of
+# one workload: thousands of batches, each with its control).
+_DENSE_UP_TO = 512
+
+
+def _small_fit(design: sparse.csr_matrix, target: np.ndarray, n: int, shrink: float) -> np.ndarray:
+    """Least squares of ``design @ x = target`` with ``shrink * |batch terms|^2`` added."""
+    dense = design.toarray()
+    m = dense.shape[1] - n
+    a = np.vstack([dense, np.hstack([np.zeros((m, n)), math.sqrt(shrink) * np.eye(m)])])
+    return np.linalg.lstsq(a, np.concatenate([target, np.zeros(m)]), rcond=None)[0]
+
+
+def _large_fit(design: sparse.csr_matrix, target: np.ndarray, n: int, shrink: float) -> np.ndarray:
+    """:func:`_small_fit` by LSQR on the sparse system."""
+    from scipy import sparse
+    from scipy.sparse.linalg import lsqr
+
+    m = design.shape[1] - n
+    penalty = sparse.hstack([sparse.csr_matrix((m, n)), math.sqrt(shrink) * sparse.eye(m)])
+    a = sparse.vstack([design, penalty]).tocsr()
+    b = np.concatenate([target, np.zeros(m)])
+    return lsqr(a, b, atol=1e-14, btol=1e-14, iter_lim=50 * (n + m))[0]
 
 
 def drift_free(records: Sequence[Record]) -> dict[str, Record]:
