@@ -1,5 +1,5 @@
 """Which config the records hand a compiler, re-timed: the fastest single reading against
-``Database.best`` (every reading of a config, each batch's drift out).
+``Database.best`` (a config's readings' geometric mean).
 
 For every replay sample (bench/replay) measured on this machine's device family, both
 picks are taken from the sample's records (``Database.best`` through an in-memory SQLite

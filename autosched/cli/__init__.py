@@ -282,7 +282,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     print(f"{wl}  on  {dev.name}")
     print(
         f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   over {readings} reading"
-        f"{'s' if readings != 1 else ''}, each batch's drift out   record {r.id}"
+        f"{'s' if readings != 1 else ''} (their geometric mean)   record {r.id}"
     )
     print(f"  {format_config(r.config)}")
     _write_json(

@@ -4,8 +4,8 @@ The order, for one workload on one device and target (each step asks every datab
 turn, the user's first, so a hit in the user's database wins over the shipped records
 at the same step, never across steps):
 
-1. ``exact``: the fastest config (:meth:`Database.best`: every reading counted, the
-   machine's drift out) of this workload on this exact device key (same hardware,
+1. ``exact``: the fastest config (:meth:`Database.best`: by the mean of all its
+   readings) of this workload on this exact device key (same hardware,
    driver, compilers and library versions);
 2. ``driver_mismatch``: the fastest config of this workload on the same device
    family (same hardware) measured under other driver or library versions;

@@ -15,11 +15,11 @@ conformance suite over each):
   and run): adding one twice stores it once. That makes imports repeatable.
 * ``query`` filters are ANDed; ``None`` means "any". Results are ordered by id (the order
   of insertion).
-* ``best`` ranks a workload's configs, each once, fastest first: each by all its ok
-  readings, the drift of the batches they ran in taken out
-  (:func:`autosched.records.drift.fastest`), so a config read once in a quiet minute
-  does not beat one read in every batch. Each comes as its first ok record with the
-  config's figure in place of that reading (its id, config and provenance as stored).
+* ``best`` ranks a workload's configs, each once, fastest first: each by the geometric
+  mean of all its ok readings (:func:`autosched.records.drift.fastest`), so a batch
+  control's one quiet-minute reading does not outrank a config that is faster every
+  time. Each comes as its first ok record with that mean in place of its reading (its
+  id, config and provenance as stored).
 """
 
 from __future__ import annotations

@@ -6,16 +6,17 @@ batches ran 0.93-1.52x apart on a 2-core Zen 4 VM). Each batch of a tuning run a
 times the config held best so far (the batch control, :mod:`autosched.tuning.control`)
 and the finalists are timed again side by side, so the configs measured in several
 batches say how fast each batch ran (:func:`batch_drift`). Replay caches take each
-config's figure from :func:`drift_free`, and the records' answer to "which config is
-fastest" (:meth:`~autosched.records.base.Database.best`, which compilers take) from
-:func:`fastest`: the config with one lucky reading in a fast minute does not win.
+config's figure from :func:`drift_free`. The records' answer to "which config is
+fastest" (:meth:`~autosched.records.base.Database.best`, which compilers take) comes
+from :func:`fastest`: each config by the mean of all its readings, so one lucky reading
+does not win, but as measured (see :func:`leaders` for why).
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
@@ -155,10 +156,15 @@ def drift_free(records: Sequence[Record]) -> dict[str, Record]:
     return out
 
 
-def speed_ratios(records: Sequence[Reading]) -> dict[str, tuple[int, float]]:
+def speed_ratios(
+    records: Sequence[Reading], drift: Mapping[float | None, float] | None = None
+) -> dict[str, tuple[int, float]]:
     """Per config that ran (one workload on one device): (the index of its first ok
-    reading, how much faster that reading was than the config's drift-free figure)."""
-    drift = batch_drift(records)
+    reading, how much faster that reading was than the config's figure): the geometric
+    mean of its readings, each divided by its batch's factor in ``drift`` (default: the
+    fitted :func:`batch_drift`; ``{}`` takes the readings as measured)."""
+    if drift is None:
+        drift = batch_drift(records)
     logs: dict[str, list[float]] = {}
     first: dict[str, int] = {}
     for i, r in enumerate(records):
@@ -180,15 +186,24 @@ def speed_ratios(records: Sequence[Reading]) -> dict[str, tuple[int, float]]:
 def leaders(records: Sequence[Reading], k: int) -> list[tuple[int, float]]:
     """The ``k`` configs of ``records`` (one workload) that ran fastest, fastest first
     (ties by position): (the index of each one's first ok reading, that reading's speed
-    against the config's figure, as :func:`speed_ratios`). The drift of each device's
-    batches is fitted on that device's records alone; a config measured on several
-    devices (one family under several driver versions) counts at its fastest."""
+    against the config's figure, as :func:`speed_ratios`), each config by the geometric
+    mean of its readings as measured; a config measured on several devices (one family
+    under several driver versions) counts at its fastest.
+
+    Not drift-free, unlike a replay cache: in a tuning run's records most batches are
+    linked to the others by one reading, the batch control's, so one outlier reading
+    of a control moves its batch's factor and every config measured in that batch with
+    it (in a quickstart run on a 2-core Zen 4, a control that read 114 GFLOP/s beside
+    its 213 made its batch's configs 11 % faster than measured, ahead of the finalists
+    that had just been timed side by side); and a final round whose configs run slower
+    beside each other than alone would lend its whole slowdown to the default timed
+    with them. A mean of the readings averages an outlier away and lends nothing."""
     per_device: dict[str, list[int]] = {}
     for i, r in enumerate(records):
         per_device.setdefault(r.device_key, []).append(i)
     best: dict[str, tuple[float, int, float]] = {}
     for where in per_device.values():
-        for key, (j, ratio) in speed_ratios([records[i] for i in where]).items():
+        for key, (j, ratio) in speed_ratios([records[i] for i in where], {}).items():
             i = where[j]
             figure = (records[i].latency_s or math.inf) / ratio
             if key not in best or (figure, i) < best[key][:2]:
@@ -198,6 +213,6 @@ def leaders(records: Sequence[Reading], k: int) -> list[tuple[int, float]]:
 
 
 def fastest(records: Sequence[Record], k: int) -> list[Record]:
-    """:func:`leaders` as records: each config's first ok record with its drift-free
-    figure (as :func:`drift_free` gives it)."""
+    """:func:`leaders` as records: each config's first ok record with its figure (the
+    geometric mean of its readings)."""
     return [records[i].scaled(ratio) for i, ratio in leaders(records, k)]

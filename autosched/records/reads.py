@@ -59,7 +59,7 @@ class SQLReads:
         k: int = 1,
     ) -> list[Record]:
         """The ``k`` fastest configs of a workload, fastest first (ties by id), each as one
-        record with its readings' drift-free figure (:func:`~autosched.records.drift.fastest`).
+        record with the geometric mean of its readings (:func:`~autosched.records.drift.fastest`).
 
         Two reads: the few columns the fit needs of every record of the workload, then
         the whole rows of the ``k`` chosen."""

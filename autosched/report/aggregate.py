@@ -134,8 +134,8 @@ def build_section(
             )
         )
 
-    # The fastest configs, ranked as Database.best ranks them (every reading, each batch's
-    # drift out); the range is of their readings as measured.
+    # The fastest configs, ranked as Database.best ranks them (by the mean of every
+    # reading); the range is of their readings.
     by_config: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         by_config[r.config_key].append(r)
