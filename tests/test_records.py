@@ -117,44 +117,6 @@ def test_best_breaks_latency_ties_by_id(db: Database) -> None:
     assert db.best(records[0].workload_key, k=3) == records
 
 
-def test_best_ranks_configs_by_all_their_readings(db: Database) -> None:
-    """A batch control is read in every batch: its fastest reading (one quiet minute) is
-    the fastest of all, and a compiler that took it would build config 2. ``best`` ranks
-    each config once, by the geometric mean of its ok readings: config 1 first."""
-    readings = {
-        0: [1.00],
-        1: [0.85, 0.87, 0.83],
-        2: [0.95, 0.665, 0.95, 1.045, 0.95],
-        3: [1.2, 1.3],
-        4: [1.1],
-        5: [None, 1.3],  # failed once, then ran
-    }
-    records = []
-    for c, values in readings.items():
-        for n, ms in enumerate(values):
-            stamp = 1.7e9 + 10 * n + c
-            if ms is None:
-                records.append(make_record(c, status="timeout", timestamp=stamp))
-            else:
-                records.append(make_record(c, latency=ms * 1e-3, timestamp=stamp))
-    db.add(records)
-    wk = records[0].workload_key
-    fastest_reading = min((r for r in records if r.ok), key=lambda r: r.latency_s)
-    assert fastest_reading.config_key == "cfg-0002"
-
-    best = db.best(wk, k=6)
-    assert [r.config_key for r in best] == [f"cfg-{c:04d}" for c in (1, 2, 0, 4, 3, 5)]
-    for r in best:
-        values = [v for v in readings[int(r.config_key[4:])] if v is not None]
-        mean = math.exp(sum(math.log(v) for v in values) / len(values))
-        assert r.latency_s == pytest.approx(mean * 1e-3, rel=1e-12)
-        assert r.gflops == pytest.approx(2 * 64**3 / r.latency_s / 1e9)
-        stored = db.query(workload_key=wk, status="ok")
-        first = next(x for x in stored if x.config_key == r.config_key)
-        assert (r.id, r.config, r.timestamp) == (first.id, first.config, first.timestamp)
-    assert db.best(wk) == best[:1]
-
-
 def test_duplicate_add_is_idempotent(db: Database) -> None:
     records = [make_record(i) for i in range(3)]
     ids = db.add(records)

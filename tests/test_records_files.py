@@ -262,19 +262,6 @@ def test_prune_keep_top_and_drop_errors(full_db: Database) -> None:
     assert prune(full_db, keep_top=1, drop_errors=True) == 0
 
 
-def test_prune_keep_top_keeps_every_reading_of_the_fastest_configs(db: Database) -> None:
-    """The control of a tuning run is read in every batch: keeping its 3 fastest readings
-    would keep one config. keep_top counts configs, ranked as ``best`` ranks them."""
-    control = [
-        make_record(0, latency=lat, timestamp=1.7e9 + t)
-        for t, lat in enumerate((2e-3, 1.8e-3, 2.2e-3))
-    ]
-    others = [make_record(i, latency=(2 + i) * 1e-3) for i in (1, 2, 3)]
-    db.add([*control, *others])
-    assert prune(db, keep_top=2) == 2
-    assert [r.config_key for r in db.query()] == ["cfg-0000"] * 3 + ["cfg-0001"]
-
-
 def test_prune_respects_filters(full_db: Database) -> None:
     gpu = make_record(0, device_name="gpu")
     removed = prune(full_db, drop_errors=True, device_family=gpu.device_family)

@@ -225,14 +225,7 @@ def test_tune_json_has_what_scripts_read(tmp_path):
         str(tmp_path / "b.json"),
     )
     assert best.returncode == 0, best.stderr
-    chosen = json.loads((tmp_path / "b.json").read_text())["best"]
-    assert chosen["config"] == data["best"]["config"]
-    # Every ok reading of that config counts: its search trial(s), a batch control's,
-    # the final side-by-side round's.
-    with SQLiteDatabase(tmp_path / "j.db", create=False) as db:
-        ok = [r for r in db.query(status="ok") if r.config == chosen["config"]]
-    assert chosen["readings"] == len(ok) >= 2
-    assert f"over {len(ok)} readings" in best.stdout
+    assert json.loads((tmp_path / "b.json").read_text())["best"]["config"] == data["best"]["config"]
 
 
 @pytest.mark.parametrize(

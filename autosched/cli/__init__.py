@@ -264,13 +264,8 @@ def cmd_best(args: argparse.Namespace) -> int:
     wl = workload_from_args(args)
     dev = select_device(args.device, target=args.target)
     path = args.db or default_db_path()
-    where = dict(device_key=dev.key(args.target), target=args.target)
     with open_database(path, create=False) as db:
-        recs = db.best(wl.key, k=1, **where)
-        readings = sum(
-            r.config_key == recs[0].config_key
-            for r in (db.query(workload_key=wl.key, status="ok", **where) if recs else ())
-        )
+        recs = db.best(wl.key, device_key=dev.key(args.target), target=args.target, k=1)
     if not recs:
         print(
             f"no ok record of {wl} on {dev.name} in {describe(path)}; run `autosched tune` first",
@@ -281,8 +276,7 @@ def cmd_best(args: argparse.Namespace) -> int:
     r = recs[0]
     print(f"{wl}  on  {dev.name}")
     print(
-        f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   over {readings} reading"
-        f"{'s' if readings != 1 else ''} (their geometric mean)   record {r.id}"
+        f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   spread {100 * (r.spread or 0):.1f}%   record {r.id}"
     )
     print(f"  {format_config(r.config)}")
     _write_json(
@@ -295,7 +289,6 @@ def cmd_best(args: argparse.Namespace) -> int:
                 "gflops": r.gflops,
                 "latency_s": r.latency_s,
                 "spread": r.spread,
-                "readings": readings,
                 "config": r.config,
                 "record_id": r.id,
             },

@@ -97,15 +97,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
         "prune",
         parents=[db_option, filters],
         help="delete slow or failed records",
-        description="Delete records: keep the ok records of the N fastest configs per workload "
-        "and device "
+        description="Delete records: keep the N fastest ok records per workload and device "
         "and/or drop failed ones. The only command that deletes.",
     )
     prune_.add_argument(
-        "--keep-top",
-        type=int,
-        metavar="N",
-        help="keep the ok records of the N fastest configs per workload",
+        "--keep-top", type=int, metavar="N", help="keep the N fastest ok records per workload"
     )
     prune_.add_argument("--drop-errors", action="store_true", help="delete every non-ok record")
     prune_.add_argument(

@@ -4,10 +4,9 @@ The order, for one workload on one device and target (each step asks every datab
 turn, the user's first, so a hit in the user's database wins over the shipped records
 at the same step, never across steps):
 
-1. ``exact``: the fastest config (:meth:`Database.best`: by the mean of all its
-   readings) of this workload on this exact device key (same hardware,
-   driver, compilers and library versions);
-2. ``driver_mismatch``: the fastest config of this workload on the same device
+1. ``exact``: the fastest ok record of this workload on this exact device key (same
+   hardware, driver, compilers and library versions);
+2. ``driver_mismatch``: the fastest ok record of this workload on the same device
    family (same hardware) measured under other driver or library versions;
 3. ``nearest_shape``: the tuned workload of the same op, dtype and options (the
    parameters its op class lists in ``defaults`` or ``choices``: epilogue, layout,
@@ -202,7 +201,7 @@ def lookup_config(space: Space, *, device: Device | HostCPU, sources: Sequence[S
 
 
 def _best_valid(space: Space, sources: Sequence[Source], **where: str) -> tuple[Record, str] | None:
-    """The first database's fastest config (as a record) that fits ``space``."""
+    """The first database's fastest ok record whose config fits ``space``."""
     wl = space.workload
     for source in sources:
         for record in source.db.best(wl.key, target=space.target, k=_CANDIDATES, **where):

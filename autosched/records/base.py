@@ -15,11 +15,7 @@ conformance suite over each):
   and run): adding one twice stores it once. That makes imports repeatable.
 * ``query`` filters are ANDed; ``None`` means "any". Results are ordered by id (the order
   of insertion).
-* ``best`` ranks a workload's configs, each once, fastest first: each by the geometric
-  mean of all its ok readings (:func:`autosched.records.drift.fastest`), so a batch
-  control's one quiet-minute reading does not outrank a config that is faster every
-  time. Each comes as its first ok record with that mean in place of its reading (its
-  id, config and provenance as stored).
+* ``best`` returns only ``ok`` records, fastest (lowest ``latency_s``) first.
 """
 
 from __future__ import annotations
@@ -59,7 +55,7 @@ class Database(Protocol):
         device_family: str | None = None,
         k: int = 1,
     ) -> list[Record]:
-        """The ``k`` fastest configs of a workload, fastest first, one record each."""
+        """The ``k`` fastest ok records of a workload, fastest first."""
         ...
 
     def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:

@@ -6,10 +6,17 @@ batches ran 0.93-1.52x apart on a 2-core Zen 4 VM). Each batch of a tuning run a
 times the config held best so far (the batch control, :mod:`autosched.tuning.control`)
 and the finalists are timed again side by side, so the configs measured in several
 batches say how fast each batch ran (:func:`batch_drift`). Replay caches take each
-config's figure from :func:`drift_free`. The records' answer to "which config is
-fastest" (:meth:`~autosched.records.base.Database.best`, which compilers take) comes
-from :func:`fastest`: each config by the mean of all its readings, so one lucky reading
-does not win, but as measured (see :func:`leaders` for why).
+config's figure from :func:`drift_free`.
+
+The records' readers (``Database.best``, which compilers take) do not: a tuning run
+links most of its batches to the others by one reading, the batch control's, so one
+outlier reading of a control moves its batch's factor and every config of that batch
+with it (in a quickstart run on a 2-core Zen 4, a control read 114 GFLOP/s beside its
+213 and the batch's configs came out 11 % faster than measured, ahead of the finalists
+timed side by side); and a plain mean of a config's readings mixes search readings with
+the final round's side-by-side ones, which on the same machine read 2-5 % slower, so
+the finalists fall behind configs read once. A replayed search sees figures; it hands
+nothing to a compiler.
 """
 
 from __future__ import annotations
@@ -17,11 +24,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
-from autosched.records.record import OK, Record
+from autosched.records.record import Record
 
 if TYPE_CHECKING:
     from scipy import sparse
@@ -40,21 +47,6 @@ class Reading(Protocol):
     def started_at(self) -> float | None: ...
     @property
     def ok(self) -> bool: ...
-
-
-class Row(NamedTuple):
-    """A record's columns that the fit reads, without its JSON (a database's first pass)."""
-
-    id: int
-    config_key: str
-    device_key: str
-    status: str
-    latency_s: float | None
-    started_at: float | None
-
-    @property
-    def ok(self) -> bool:
-        return self.status == OK
 
 
 def batch_drift(records: Sequence[Reading]) -> dict[float, float]:
@@ -181,38 +173,3 @@ def speed_ratios(
         else:
             out[key] = (i, r.latency_s / math.exp(sum(values) / len(values)))  # type: ignore[operator]
     return out
-
-
-def leaders(records: Sequence[Reading], k: int) -> list[tuple[int, float]]:
-    """The ``k`` configs of ``records`` (one workload) that ran fastest, fastest first
-    (ties by position): (the index of each one's first ok reading, that reading's speed
-    against the config's figure, as :func:`speed_ratios`), each config by the geometric
-    mean of its readings as measured; a config measured on several devices (one family
-    under several driver versions) counts at its fastest.
-
-    Not drift-free, unlike a replay cache: in a tuning run's records most batches are
-    linked to the others by one reading, the batch control's, so one outlier reading
-    of a control moves its batch's factor and every config measured in that batch with
-    it (in a quickstart run on a 2-core Zen 4, a control that read 114 GFLOP/s beside
-    its 213 made its batch's configs 11 % faster than measured, ahead of the finalists
-    that had just been timed side by side); and a final round whose configs run slower
-    beside each other than alone would lend its whole slowdown to the default timed
-    with them. A mean of the readings averages an outlier away and lends nothing."""
-    per_device: dict[str, list[int]] = {}
-    for i, r in enumerate(records):
-        per_device.setdefault(r.device_key, []).append(i)
-    best: dict[str, tuple[float, int, float]] = {}
-    for where in per_device.values():
-        for key, (j, ratio) in speed_ratios([records[i] for i in where], {}).items():
-            i = where[j]
-            figure = (records[i].latency_s or math.inf) / ratio
-            if key not in best or (figure, i) < best[key][:2]:
-                best[key] = (figure, i, ratio)
-    ranked = sorted(best.values())[:k]
-    return [(i, ratio) for _, i, ratio in ranked]
-
-
-def fastest(records: Sequence[Record], k: int) -> list[Record]:
-    """:func:`leaders` as records: each config's first ok record with its figure (the
-    geometric mean of its readings)."""
-    return [records[i].scaled(ratio) for i, ratio in leaders(records, k)]

@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.base import Database
-from autosched.records.drift import fastest
 from autosched.records.opener import open_database
 from autosched.records.record import STATUSES, Record, canonical_json
 from autosched.records.rows import check_record
@@ -387,9 +386,9 @@ def prune(
 ) -> int:
     """Delete records in one transaction; return how many were (or would be) removed.
 
-    Among the records matching the filters: with ``keep_top``, keep the ok records of
-    the ``keep_top`` fastest configs per (workload_key, target, device_key), ranked as
-    :meth:`Database.best` ranks them, every reading of each, and remove the other ok ones; with ``drop_errors``, remove every record that is not ok.
+    Among the records matching the filters: with ``keep_top``, keep only the
+    ``keep_top`` fastest ok records per (workload_key, target, device_key) and remove
+    the other ok ones; with ``drop_errors``, remove every record that is not ok.
     Removed configs no longer count as measured, so a later tuning run may measure them
     again.
 
@@ -421,9 +420,8 @@ def prune(
             if record.ok and record.id is not None:
                 by_group[(record.workload_key, record.target, record.device_key)].append(record)
         for group in by_group.values():
-            ranked = fastest(sorted(group, key=lambda r: r.id or 0), keep_top)
-            kept = {r.config_key for r in ranked}
-            doomed.extend(r.id for r in group if r.config_key not in kept and r.id is not None)
+            group.sort(key=lambda r: (r.latency_s, r.id))
+            doomed.extend(r.id for r in group[keep_top:] if r.id is not None)
     if dry_run:
         return len(doomed)
     removed = int(delete(doomed))

@@ -11,7 +11,6 @@ from types import TracebackType
 from typing import Any, Self
 
 from autosched.records import rows
-from autosched.records.drift import Row, leaders
 from autosched.records.record import Record
 
 
@@ -58,26 +57,11 @@ class SQLReads:
         device_family: str | None = None,
         k: int = 1,
     ) -> list[Record]:
-        """The ``k`` fastest configs of a workload, fastest first (ties by id), each as one
-        record with the geometric mean of its readings (:func:`~autosched.records.drift.fastest`).
-
-        Two reads: the few columns the fit needs of every record of the workload, then
-        the whole rows of the ``k`` chosen."""
-        rows.check_count("k", k, minimum=1)
-        filters = {
-            "workload_key": workload_key,
-            "target": target,
-            "device_key": device_key,
-            "device_family": device_family,
-        }
-        sql, params = rows.query_sql(filters, None, columns=rows.READING_COLUMNS)
-        found = [Row(*row) for row in self._read(sql, params)]
-        chosen = leaders(found, k)
-        if not chosen:
-            return []
-        sql, params = rows.by_id_sql([found[i].id for i, _ in chosen])
-        full = {r.id: r for r in (rows.from_row(row) for row in self._read(sql, params))}
-        return [full[found[i].id].scaled(ratio) for i, ratio in chosen]
+        """The ``k`` fastest ok records of a workload, fastest first (ties by id)."""
+        sql, params = rows.best_sql(
+            workload_key, target=target, device_key=device_key, device_family=device_family, k=k
+        )
+        return [rows.from_row(row) for row in self._read(sql, params)]
 
     def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:
         """Config keys already measured (any status) for this workload on this exact device."""

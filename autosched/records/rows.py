@@ -49,15 +49,12 @@ KEY = ("workload_key", "device_key", "config_key", "timestamp", "run_id")
 _KEY_INDEX = tuple(FIELDS.index(name) for name in KEY)
 
 STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
-# The partial indexes hold only ok rows with a latency, ordered by latency (``best`` read
-# the first k entries of one until it ranked configs by all their readings; databases
-# made since still carry them). Their WHERE clause must appear literally in a query
-# (not as a bound parameter) for the planner to use them.
+# The partial indexes hold only ok rows with a latency, ordered by latency: ``best`` reads
+# the first k entries of one of them. Their WHERE clause must appear literally in the
+# query (not as a bound parameter) for the planner to use them.
 OK_ROWS = "status = 'ok' AND latency_s IS NOT NULL"
 
 COLUMNS = ", ".join(("id", *FIELDS))
-# What :class:`autosched.records.drift.Row` holds, in its order.
-READING_COLUMNS = "id, config_key, device_key, status, latency_s, started_at"
 INSERT = (
     f"INSERT INTO records ({', '.join((*FIELDS, 'op'))}) "
     f"VALUES ({', '.join('?' * (len(FIELDS) + 1))})"
@@ -195,11 +192,8 @@ def check_count(name: str, value: Any, *, minimum: int) -> None:
 # -- the read statements of the protocol -------------------------------------------------
 
 
-def query_sql(
-    filters: dict[str, str | None], limit: int | None, *, columns: str = COLUMNS
-) -> tuple[str, list[Any]]:
-    """``query``: every given filter ANDed, in insertion order (by id); ``columns`` are
-    what it selects (``best``'s first read takes :data:`READING_COLUMNS`)."""
+def query_sql(filters: dict[str, str | None], limit: int | None) -> tuple[str, list[Any]]:
+    """``query``: every given filter ANDed, in insertion order (by id)."""
     clauses: list[str] = []
     params: list[Any] = []
     for name, value in filters.items():
@@ -207,7 +201,7 @@ def query_sql(
         if value is not None:
             clauses.append(f"{name} = ?")
             params.append(value)
-    sql = f"SELECT {columns} FROM records"
+    sql = f"SELECT {COLUMNS} FROM records"
     if clauses:
         sql += " WHERE " + " AND ".join(clauses)
     sql += " ORDER BY id"
@@ -218,9 +212,33 @@ def query_sql(
     return sql, params
 
 
-def by_id_sql(ids: Sequence[int]) -> tuple[str, list[Any]]:
-    """The whole rows of the records ``ids``."""
-    return f"SELECT {COLUMNS} FROM records WHERE id IN ({', '.join('?' * len(ids))})", list(ids)
+def best_sql(
+    workload_key: str,
+    *,
+    target: str | None,
+    device_key: str | None,
+    device_family: str | None,
+    k: int,
+) -> tuple[str, list[Any]]:
+    """``best``: the k fastest ok records of a workload, fastest first (ties by id)."""
+    check_count("k", k, minimum=1)
+    check_filter("workload_key", workload_key)
+    clauses = [OK_ROWS, "workload_key = ?"]
+    params: list[Any] = [workload_key]
+    for name, value in (
+        ("device_key", device_key),
+        ("device_family", device_family),
+        ("target", target),
+    ):
+        check_filter(name, value)
+        if value is not None:
+            clauses.append(f"{name} = ?")
+            params.append(value)
+    sql = (
+        f"SELECT {COLUMNS} FROM records WHERE {' AND '.join(clauses)} "
+        "ORDER BY latency_s, id LIMIT ?"
+    )
+    return sql, [*params, k]
 
 
 def measured_sql(workload_key: str, *, device_key: str, target: str) -> tuple[str, list[Any]]:

@@ -23,7 +23,6 @@ from typing import Any
 
 from autosched.errors import AutoschedError
 from autosched.records.base import Database
-from autosched.records.drift import fastest
 from autosched.records.record import OK, STATUSES, Record
 from autosched.report.sections import (
     ConfigRow,
@@ -134,26 +133,29 @@ def build_section(
             )
         )
 
-    # The fastest configs, ranked as Database.best ranks them (by the mean of every
-    # reading); the range is of their readings.
+    # The fastest configs.
     by_config: dict[str, list[Record]] = defaultdict(list)
     for r in records:
         by_config[r.config_key].append(r)
     rows = []
-    for leader in fastest(sorted(records, key=lambda r: r.id or 0), TOP_CONFIGS):
-        recs = by_config[leader.config_key]
-        gflops = [r.gflops for r in recs if r.ok and r.gflops is not None]
-        rows.append((leader, len(recs), min(gflops, default=0.0), max(gflops, default=0.0)))
+    for recs in by_config.values():
+        ok = [r for r in recs if r.ok and r.latency_s is not None]
+        if not ok:
+            continue
+        fastest = min(ok, key=lambda r: (r.latency_s, r.id or 0))
+        gflops = [r.gflops for r in ok if r.gflops is not None]
+        rows.append((fastest, len(recs), min(gflops, default=0.0), max(gflops, default=0.0)))
+    rows.sort(key=lambda row: (row[0].latency_s, row[0].id or 0))
     top = tuple(
         ConfigRow(
             rank=i + 1,
-            record=leader,
+            record=fastest,
             measured=n,
             gflops_min=lo,
             gflops_max=hi,
-            is_default=leader.config_key == default_key,
+            is_default=fastest.config_key == default_key,
         )
-        for i, (leader, n, lo, hi) in enumerate(rows)
+        for i, (fastest, n, lo, hi) in enumerate(rows[:TOP_CONFIGS])
     )
 
     # Failures by kind, with the first message of each.

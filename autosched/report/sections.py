@@ -109,7 +109,7 @@ class Section:
     runs: tuple[RunInfo, ...]
     default_config_key: str | None
     default_search: Record | None  # the default schedule's search-phase measurement
-    best: Record | None  # the fastest config (``Database.best``: what compilers take)
+    best: Record | None  # fastest ok record (``Database.best``)
     top: tuple[ConfigRow, ...]
     errors: tuple[ErrorKind, ...]  # one per error kind, zero counts included
     final_rounds: tuple[FinalRound, ...]

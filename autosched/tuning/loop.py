@@ -296,10 +296,9 @@ def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str
 
 def _chosen(db: Database, pair: Pair, final: list[Record]) -> Record | None:
     """The config every reader of the records takes (``autosched best``, ``compile``, Relax
-    builds: the records' fastest config, every reading counted), shown by its side-by-side
-    record from the final round when it has one (so its figure and the default's come
-    from one interleaved run)."""
-    where = _at(pair)
+    builds: the fastest ok record), shown by its side-by-side record from the final round
+    when it has one (so its figure and the default's come from one interleaved run)."""
+    where = dict(device_key=pair.slot.device_key, target=pair.task.target)
     top = db.best(pair.task.workload.key, k=1, **where)
     if not top:
         return None
@@ -315,81 +314,48 @@ def _chosen(db: Database, pair: Pair, final: list[Record]) -> Record | None:
             leader.config_key,
             top[0].config_key,
         )
+    stored = db.best(pair.task.workload.key, k=50, **where)
     shown = min(mine, key=lambda r: r.latency_s or float("inf"))
-    stored = db.query(workload_key=pair.task.workload.key, status="ok", **where)
     return next(
         (r for r in stored if r.config_key == shown.config_key and r.timestamp == shown.timestamp),
         shown,
     )
 
 
-# Final rounds after the first, each for a config that the records rank first once the
-# round before has been added but that round did not re-measure (see _final).
-_EXTRA_FINAL_ROUNDS = 2
-
-
 def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) -> None:
-    """Re-measure each pair's best few side by side with its default schedule.
-
-    A round's readings join the records and can reorder them (every reading of a config
-    counts, and the round is one more batch whose speed the drift fit links to the
-    others): where the records then rank first a config the round did not re-measure,
-    it is re-measured side by side with the round's leaders, up to
-    :data:`_EXTRA_FINAL_ROUNDS` times, so that what the records hand compilers is what
-    the run re-measured and reports."""
-    todo: list[tuple[Pair, list[Config]]] = []
+    """Re-measure each pair's best few side by side with its default schedule."""
+    handles: dict[Any, Pair] = {}
     for pair in pairs:
-        ranked = db.best(pair.task.workload.key, k=k, **_at(pair))
-        if ranked:
-            todo.append((pair, [Config(r.config) for r in ranked]))
-    for extra in range(_EXTRA_FINAL_ROUNDS + 1):
-        handles: dict[Any, Pair] = {}
-        for pair, configs in todo:
-            if pair.default.key not in {c.key for c in configs}:
-                configs = [*configs, pair.default]
-            request = BatchRequest(
-                workload=pair.task.workload.to_json(),
-                target=pair.task.target,
-                device_key=pair.slot.device_key,
-                configs=tuple(c.to_json() for c in configs),
-                seed=job.seed,
-                timeout_s=job.timeout_s,
-                rounds=3,
-            )
-            handles[runner.submit(pair.slot, request)] = pair
-        todo = []
-        while handles:
-            check_interrupt()
-            for handle, result in runner.wait(list(handles), 5.0):
-                pair = handles.pop(handle)
-                if isinstance(result, BaseException):
-                    log.warning("%s: re-measuring the finalists failed: %s", pair.name, result)
-                    continue
-                ok = [r for r in result if r.ok]
-                db.add(ok)
-                pair.default_record = next(
-                    (r for r in ok if r.config_key == pair.default.key), pair.default_record
-                )
-                pair.best = _chosen(db, pair, ok)
-                top = db.best(pair.task.workload.key, k=1, **_at(pair))
-                if top and top[0].config_key not in {r.config_key for r in ok}:
-                    leaders = sorted(
-                        (r for r in ok if r.config_key != pair.default.key),
-                        key=lambda r: r.latency_s or float("inf"),
-                    )
-                    again = [Config(top[0].config), *(Config(r.config) for r in leaders)]
-                    todo.append((pair, again[:k]))
-                    if extra < _EXTRA_FINAL_ROUNDS:
-                        log.info(
-                            "%s: after the final round the records rank %s first, which it "
-                            "did not re-measure; re-measuring it beside the round's leaders",
-                            pair.name,
-                            top[0].config_key,
-                        )
-        if not todo:
-            break
-
-
-def _at(pair: Pair) -> dict[str, str]:
-    """The records filters of a pair's device and target."""
-    return {"device_key": pair.slot.device_key, "target": pair.task.target}
+        ranked = db.best(
+            pair.task.workload.key,
+            device_key=pair.slot.device_key,
+            target=pair.task.target,
+            k=k * (k + 2),  # earlier runs' finalists hold several records each
+        )
+        if not ranked:
+            continue
+        unique = {r.config_key: r for r in reversed(ranked)}  # keeps each one's fastest
+        configs = [Config(r.config) for r in ranked if unique.pop(r.config_key, None)][:k]
+        if pair.default.key not in {c.key for c in configs}:
+            configs.append(pair.default)
+        request = BatchRequest(
+            workload=pair.task.workload.to_json(),
+            target=pair.task.target,
+            device_key=pair.slot.device_key,
+            configs=tuple(c.to_json() for c in configs),
+            seed=job.seed,
+            timeout_s=job.timeout_s,
+            rounds=3,
+        )
+        handles[runner.submit(pair.slot, request)] = pair
+    while handles:
+        check_interrupt()
+        for handle, result in runner.wait(list(handles), 5.0):
+            pair = handles.pop(handle)
+            if isinstance(result, BaseException):
+                log.warning("%s: re-measuring the finalists failed: %s", pair.name, result)
+                continue
+            ok = [r for r in result if r.ok]
+            db.add(ok)
+            pair.default_record = next((r for r in ok if r.config_key == pair.default.key), None)
+            pair.best = _chosen(db, pair, ok)
