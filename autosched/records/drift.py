@@ -23,8 +23,8 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -34,22 +34,7 @@ if TYPE_CHECKING:
     from scipy import sparse
 
 
-class Reading(Protocol):
-    """What the fit reads of a record (a :class:`Record` is one)."""
-
-    @property
-    def config_key(self) -> str: ...
-    @property
-    def device_key(self) -> str: ...
-    @property
-    def latency_s(self) -> float | None: ...
-    @property
-    def started_at(self) -> float | None: ...
-    @property
-    def ok(self) -> bool: ...
-
-
-def batch_drift(records: Sequence[Reading]) -> dict[float, float]:
+def batch_drift(records: Sequence[Record]) -> dict[float, float]:
     """How much slower than usual each batch of ``records`` (one workload on one device)
     ran: the factor its latencies were multiplied by, per batch (``started_at``) of
     more than one record.
@@ -139,37 +124,21 @@ def drift_free(records: Sequence[Record]) -> dict[str, Record]:
     its first ok record, with the geometric mean over its readings of latency / batch
     factor (latencies and throughput scaled to match); a config that never ran keeps its
     first record."""
-    ratios = speed_ratios(records)
+    drift = batch_drift(records)
+    logs: dict[str, list[float]] = {}
     out: dict[str, Record] = {}
+    first: dict[str, Record] = {}
     for r in records:
         out.setdefault(r.config_key, r)
-    for key, (i, ratio) in ratios.items():
-        out[key] = records[i].scaled(ratio)
-    return out
-
-
-def speed_ratios(
-    records: Sequence[Reading], drift: Mapping[float | None, float] | None = None
-) -> dict[str, tuple[int, float]]:
-    """Per config that ran (one workload on one device): (the index of its first ok
-    reading, how much faster that reading was than the config's figure): the geometric
-    mean of its readings, each divided by its batch's factor in ``drift`` (default: the
-    fitted :func:`batch_drift`; ``{}`` takes the readings as measured)."""
-    if drift is None:
-        drift = batch_drift(records)
-    logs: dict[str, list[float]] = {}
-    first: dict[str, int] = {}
-    for i, r in enumerate(records):
         if r.ok and r.latency_s:
-            first.setdefault(r.config_key, i)
+            first.setdefault(r.config_key, r)
             logs.setdefault(r.config_key, []).append(
                 math.log(r.latency_s / drift.get(r.started_at, 1.0))
             )
-    out = {}
-    for key, i in first.items():
-        r, values = records[i], logs[key]
+    for key, r in first.items():
+        values = logs[key]
         if len(values) == 1:  # its one reading: as measured, its batch's drift out
-            out[key] = (i, drift.get(r.started_at, 1.0))
+            out[key] = r.scaled(drift.get(r.started_at, 1.0))
         else:
-            out[key] = (i, r.latency_s / math.exp(sum(values) / len(values)))  # type: ignore[operator]
+            out[key] = r.scaled(r.latency_s / math.exp(sum(values) / len(values)))  # type: ignore[operator]
     return out
