@@ -222,6 +222,7 @@ class Tuner:
         build: BuildResult,
         outcome: RunOutcome | None,
         started_at: float | None = None,
+        rounds: int = 0,
     ) -> Record:
         status, error, lat = build.status, build.error, ()
         if outcome is not None:
@@ -253,6 +254,7 @@ class Tuner:
             started_at=started_at,
             ended_at=time.time() if started_at is not None else None,
             worker=self.worker_name,
+            rounds=rounds,
         )
 
     def _submit(self, config: Config) -> cf.Future:
@@ -353,4 +355,6 @@ class Tuner:
         started_at = time.time()  # the rounds interleave: each record spans all of them
         outcomes: list[RunOutcome | None] = [None] * len(configs)
         self._time_again(built, outcomes, self.timing, rounds)
-        return [self._record(c, b, o, started_at) for c, b, o in zip(configs, built, outcomes)]
+        return [
+            self._record(c, b, o, started_at, rounds) for c, b, o in zip(configs, built, outcomes)
+        ]

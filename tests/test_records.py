@@ -198,6 +198,18 @@ def test_measurement_times_and_worker_round_trip_exactly(db: Database) -> None:
     assert db.best(timed.workload_key, k=1)[0].worker == "node-7:4242"
 
 
+def test_rounds_round_trip_and_are_checked(db: Database) -> None:
+    final = Record(**{**make_record(0).__dict__, "started_at": 5.0, "rounds": 3})
+    search = make_record(1)
+    db.add([final, search])
+    assert [r.rounds for r in db.query()] == [3, 0]
+    assert db.query()[0] == final
+    for bad in (-1, 1.5, True, "3"):
+        with pytest.raises(InvalidInputError, match="record rounds is"):
+            db.add([Record(**{**make_record(2).__dict__, "rounds": bad})])
+    assert len(db.query()) == 2
+
+
 def test_context_manager_closes(target: str) -> None:
     with open_database(target) as database:
         database.add([make_record(0)])
@@ -309,8 +321,9 @@ def test_version_1_file_is_upgraded_in_place(tmp_path: Path) -> None:
     version = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
     columns = [row[1] for row in conn.execute("PRAGMA table_info(records)")]
     conn.close()
-    assert int(version[0]) == SCHEMA_VERSION == 2
-    assert columns[-3:] == ["started_at", "ended_at", "worker"]
+    assert int(version[0]) == SCHEMA_VERSION == 3
+    assert columns[-4:] == ["started_at", "ended_at", "worker", "rounds"]
+    assert [r.rounds for r in old] == [0, 0, 0]
     with SQLiteDatabase(path) as database:  # opening again changes nothing
         assert len(database) == 4
 

@@ -256,6 +256,23 @@ def test_best_reads_a_partial_index(pg_url: str) -> None:
     assert "records_best_" in str(plan)  # the literal ok-row condition matches them
 
 
+def test_version_1_tables_are_upgraded_in_place(pg_url: str) -> None:
+    old = [make_record(i) for i in range(3)]
+    with open_database(pg_url) as db:
+        db.add(old)
+    with psycopg.connect(pg_url) as conn:  # back to version 1: no rounds column
+        conn.execute("ALTER TABLE records DROP COLUMN rounds")
+        conn.execute("UPDATE records_meta SET value = '1'")
+    with open_database(pg_url) as db:
+        assert db.query() == old
+        final = Record(**{**make_record(3).__dict__, "started_at": 9.0, "rounds": 3})
+        db.add([final])
+        assert db.query()[3] == final
+    with psycopg.connect(pg_url) as conn:
+        version = conn.execute("SELECT value FROM records_meta").fetchall()
+    assert version == [(str(SCHEMA_VERSION),)] and SCHEMA_VERSION == 2
+
+
 def test_newer_schema_is_refused(pg_url: str) -> None:
     open_database(pg_url).close()
     with psycopg.connect(pg_url) as conn:

@@ -47,7 +47,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SCHEMES = ("postgresql", "postgres")
 
 T = TypeVar("T")
@@ -86,12 +86,15 @@ _SCHEMA = (
     ended_at DOUBLE PRECISION,
     worker TEXT NOT NULL DEFAULT '',
     op TEXT NOT NULL,
+    rounds INTEGER NOT NULL DEFAULT 0,
     CONSTRAINT records_key UNIQUE ({", ".join(rows.KEY)})
 )""",
     *rows.INDEXES,
 )
-# Statements that take a database of version N to N + 1.
-_UPGRADES: dict[int, tuple[str, ...]] = {}
+# Statements that take a database of version N to N + 1. 2: rounds.
+_UPGRADES: dict[int, tuple[str, ...]] = {
+    1: ("ALTER TABLE records ADD COLUMN rounds INTEGER NOT NULL DEFAULT 0",),
+}
 
 _INSERT = rows.placeholders(rows.INSERT, "%s") + " ON CONFLICT DO NOTHING RETURNING id"
 _FIND = rows.placeholders(rows.FIND, "%s")

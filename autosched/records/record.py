@@ -24,7 +24,12 @@ STATUSES = (OK, INVALID, BUILD_ERROR, RUN_ERROR, TIMEOUT, WRONG_RESULT)
 FORMAT_VERSION = 1
 
 # Fields added after format version 1, with the value that means "not kept".
-_OPTIONAL_UNSET: dict[str, object] = {"started_at": None, "ended_at": None, "worker": ""}
+_OPTIONAL_UNSET: dict[str, object] = {
+    "started_at": None,
+    "ended_at": None,
+    "worker": "",
+    "rounds": 0,
+}
 
 
 def canonical_json(value: Any) -> str:
@@ -58,6 +63,12 @@ class Record:
         ended_at: UNIX time the measurement ended (None when not kept).
         worker: who measured it, e.g. ``host:pid`` or a farm worker's name ("" when
             not kept).
+        rounds: 0 for a search reading; for a re-measurement side by side (the finalists
+            at the end of a run, :meth:`autosched.tuner.Tuner.remeasure`), the number of
+            interleaved rounds it pooled. The records of one such round share
+            ``run_id`` and ``started_at``, and their figures are comparable with each
+            other as search readings taken minutes apart are not
+            (:mod:`autosched.records.choice`).
         id: database row id; None until stored.
     """
 
@@ -80,6 +91,7 @@ class Record:
     started_at: float | None = None
     ended_at: float | None = None
     worker: str = ""
+    rounds: int = 0
     id: int | None = field(default=None, compare=False)
 
     @property

@@ -41,6 +41,7 @@ FIELDS = (
     "started_at",
     "ended_at",
     "worker",
+    "rounds",
 )
 JSON_FIELDS = ("workload", "device", "config", "latencies")
 _FLOAT_FIELDS = ("latency_s", "spread", "gflops", "timestamp", "started_at", "ended_at")
@@ -138,6 +139,10 @@ def check_record(record: Record) -> None:
         )
     for name in ("latency_s", "spread", "gflops", "started_at", "ended_at"):
         _check_optional_time(name, getattr(record, name))
+    if not isinstance(record.rounds, int) or isinstance(record.rounds, bool) or record.rounds < 0:
+        raise InvalidInputError(
+            f"record rounds is {record.rounds!r}; expected an integer >= 0 (0 for a search reading)"
+        )
     if not (_is_number(record.timestamp) and math.isfinite(record.timestamp)):
         raise InvalidInputError(
             f"record timestamp is {record.timestamp!r}; expected a finite number"

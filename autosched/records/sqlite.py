@@ -46,8 +46,8 @@ __all__ = ["MEMORY", "SCHEMA_VERSION", "SQLiteDatabase", "check_record", "defaul
 
 logger = logging.getLogger(__name__)
 
-# 1: the first layout. 2: started_at, ended_at and worker columns.
-SCHEMA_VERSION = 2
+# 1: the first layout. 2: started_at, ended_at and worker columns. 3: rounds.
+SCHEMA_VERSION = 3
 
 MEMORY = ":memory:"
 
@@ -78,6 +78,7 @@ _SCHEMA = (
     started_at REAL,
     ended_at REAL,
     worker TEXT NOT NULL DEFAULT '',
+    rounds INTEGER NOT NULL DEFAULT 0,
     UNIQUE ({", ".join(rows.KEY)})
 )""",
     *rows.INDEXES,
@@ -90,6 +91,7 @@ _UPGRADES = {
         "ALTER TABLE records ADD COLUMN ended_at REAL",
         "ALTER TABLE records ADD COLUMN worker TEXT NOT NULL DEFAULT ''",
     ),
+    2: ("ALTER TABLE records ADD COLUMN rounds INTEGER NOT NULL DEFAULT 0",),
 }
 _INSERT = rows.INSERT
 _FIND = rows.FIND

@@ -165,6 +165,19 @@ class ReplayRunner:
                 f"{cache.slot.name}, e.g. {missing[0]}; a replay proposes recorded configs only"
             )
         self.answered += len(keys)
+        if request.rounds:
+            # A side-by-side round: its records are one batch (one start), stored beside
+            # the same configs' search records (another run id, so not taken for them).
+            return [
+                dataclasses.replace(
+                    cache.records[k],
+                    id=None,
+                    run_id="replay-final",
+                    started_at=float(self.answered),
+                    rounds=request.rounds,
+                )
+                for k in keys
+            ]
         return [dataclasses.replace(cache.records[k], id=None, run_id="replay") for k in keys]
 
     def submit(self, slot: Slot, request: BatchRequest) -> int:
