@@ -24,6 +24,7 @@ from autosched.compiler.lookup import (
     shipped_records_dir,
 )
 from autosched.errors import InvalidInputError, RecordsError
+from autosched.records.choice import chosen
 from autosched.records.files import parse_line
 from autosched.records.record import Record, canonical_json
 from autosched.records.sqlite import SQLiteDatabase
@@ -97,7 +98,8 @@ def _copy(record: Record, **changes) -> Record:
 def test_compile_after_tune_uses_the_exact_best_record(tuned, device):
     kernel = compile(WL64, db=tuned, shipped=False)
     with SQLiteDatabase(tuned, create=False) as db:
-        best = db.best(WL64.key, device_key=device.key(), target="opencl")[0]
+        best = chosen(db, WL64.key, device_key=device.key(), target="opencl")
+        assert best is not None and best.rounds == 3  # the leader of the tune's final round
     assert kernel.provenance == "exact"
     assert kernel.record is not None and kernel.record.id == best.id
     assert kernel.config == Config.from_json(best.config)
@@ -106,6 +108,28 @@ def test_compile_after_tune_uses_the_exact_best_record(tuned, device):
     _check_outputs(kernel)
     # The shipped records come after the user's database: the answer is the same.
     assert find_config(WL64, db=tuned).record.id == best.id
+
+
+def test_compile_takes_the_leader_of_the_latest_side_by_side_round(tuned, tmp_path, device):
+    where = dict(device_key=device.key(), target="opencl")
+    with SQLiteDatabase(tuned, create=False) as db:
+        records = db.query(workload_key=WL64.key, status="ok", **where)
+        fastest = db.best(WL64.key, k=1, **where)[0]
+    runner_up = next(r for r in records if r.config_key != fastest.config_key)
+    # A later run re-timed both side by side, and the runner-up ran ahead there.
+    at = max(r.timestamp for r in records) + 60.0
+    side_by_side = [
+        _copy(r, latency_s=fastest.latency_s * f, timestamp=at, started_at=at, rounds=3)
+        for r, f in ((fastest, 1.10), (runner_up, 1.02))
+    ]
+    with SQLiteDatabase(tmp_path / "final.db") as db:
+        db.add([*records, *side_by_side])
+        assert db.best(WL64.key, k=1, **where)[0].config_key == fastest.config_key
+    kernel = compile(WL64, db=tmp_path / "final.db", shipped=False)
+    assert kernel.provenance == "exact" and kernel.record is not None
+    assert kernel.config == Config.from_json(runner_up.config)
+    assert kernel.record.rounds == 3 and kernel.record.timestamp == at
+    _check_outputs(kernel)
 
 
 def test_driver_mismatch_uses_the_same_hardware_and_warns(tuned, tmp_path, device, caplog):

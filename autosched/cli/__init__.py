@@ -258,6 +258,7 @@ def _vendor(wl) -> dict | None:
 def cmd_best(args: argparse.Namespace) -> int:
     from autosched.measure.device import select_device
     from autosched.records import open_database
+    from autosched.records.choice import chosen
     from autosched.records.opener import describe
     from autosched.records.sqlite import default_db_path
 
@@ -265,15 +266,14 @@ def cmd_best(args: argparse.Namespace) -> int:
     dev = select_device(args.device, target=args.target)
     path = args.db or default_db_path()
     with open_database(path, create=False) as db:
-        recs = db.best(wl.key, device_key=dev.key(args.target), target=args.target, k=1)
-    if not recs:
+        r = chosen(db, wl.key, device_key=dev.key(args.target), target=args.target)
+    if r is None:
         print(
             f"no ok record of {wl} on {dev.name} in {describe(path)}; run `autosched tune` first",
             file=sys.stderr,
         )
         _write_json(args.json, {"workload": wl.to_json(), "best": None})
         return 1
-    r = recs[0]
     print(f"{wl}  on  {dev.name}")
     print(
         f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   spread {100 * (r.spread or 0):.1f}%   record {r.id}"

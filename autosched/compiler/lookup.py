@@ -38,6 +38,7 @@ from urllib.parse import quote
 
 from autosched.errors import AutoschedError
 from autosched.records.base import Database
+from autosched.records.choice import chosen
 from autosched.records.record import OK, Record
 from autosched.records.sqlite import MEMORY, SQLiteDatabase
 from autosched.space.config import Config
@@ -201,10 +202,14 @@ def lookup_config(space: Space, *, device: Device | HostCPU, sources: Sequence[S
 
 
 def _best_valid(space: Space, sources: Sequence[Source], **where: str) -> tuple[Record, str] | None:
-    """The first database's fastest ok record whose config fits ``space``."""
+    """The first database's chosen record (:func:`autosched.records.choice.chosen`: the
+    leader of the final side-by-side round) when its config fits ``space``, else its
+    fastest ok record that does."""
     wl = space.workload
     for source in sources:
-        for record in source.db.best(wl.key, target=space.target, k=_CANDIDATES, **where):
+        picked = chosen(source.db, wl.key, target=space.target, **where)
+        top = source.db.best(wl.key, target=space.target, k=_CANDIDATES, **where)
+        for record in (picked, *top) if picked else top:
             reason = space.check(Config.from_json(record.config))
             if reason is None:
                 return record, source.label
@@ -292,14 +297,14 @@ def _nearest(
             ranked.append((distance, key))
     ranked.sort()
     for distance, key in ranked[:_NEAREST_TRIES]:
-        records = source.db.best(key, device_key=device_key, target=space.target, k=1)
-        records = records or source.db.best(key, device_family=family, target=space.target, k=1)
-        if not records:
+        record = chosen(source.db, key, device_key=device_key, target=space.target)
+        record = record or chosen(source.db, key, device_family=family, target=space.target)
+        if record is None:
             continue
-        config = adapt_config(records[0].config, space)
+        config = adapt_config(record.config, space)
         if config is not None:
-            return config, records[0], distance
-        log.info("the config of record %s cannot be adapted to %s", records[0].id, wl)
+            return config, record, distance
+        log.info("the config of record %s cannot be adapted to %s", record.id, wl)
     return None
 
 

@@ -20,6 +20,7 @@ from autosched.iree.mlir import annotate, find_roots
 from autosched.iree.render import compilation_info
 from autosched.ops import Workload, workload
 from autosched.records.base import Database
+from autosched.records.choice import chosen
 from autosched.records.record import Record
 from autosched.space.config import Config
 
@@ -40,7 +41,8 @@ class Found:
 
 
 def lookup(db: Database, wl: Workload, *, target: str, device) -> Found | None:
-    """The best record of ``wl`` for ``device``, or None. Where IREE's own config
+    """The chosen record of ``wl`` for ``device`` (:func:`autosched.records.choice.chosen`),
+    or None. Where IREE's own config
     (pipeline ``auto``) measured fastest, that is the answer: nothing is written."""
     candidates = [wl]
     if wl.op == "matmul":
@@ -52,9 +54,9 @@ def lookup(db: Database, wl: Workload, *, target: str, device) -> Found | None:
             ("exact", {"device_key": device.key(target)}),
             ("family", {"device_family": device.family(target)}),
         ):
-            recs = db.best(cand.key, target=target, k=1, **kw)
-            if recs:
-                return Found(recs[0], how if i == 0 else "epilogue")
+            record = chosen(db, cand.key, target=target, **kw)
+            if record is not None:
+                return Found(record, how if i == 0 else "epilogue")
     return None
 
 

@@ -8,15 +8,15 @@ and the finalists are timed again side by side, so the configs measured in sever
 batches say how fast each batch ran (:func:`batch_drift`). Replay caches take each
 config's figure from :func:`drift_free`.
 
-The records' readers (``Database.best``, which compilers take) do not: a tuning run
-links most of its batches to the others by one reading, the batch control's, so one
-outlier reading of a control moves its batch's factor and every config of that batch
-with it (in a quickstart run on a 2-core Zen 4, a control read 114 GFLOP/s beside its
+The records' readers (:mod:`autosched.records.choice`, which compilers take) do not: a
+tuning run links most of its batches to the others by one reading, the batch control's,
+so one outlier reading of a control moves its batch's factor and every config of that
+batch with it (in a quickstart run on a 2-core Zen 4, a control read 114 GFLOP/s beside its
 213 and the batch's configs came out 11 % faster than measured, ahead of the finalists
 timed side by side); and a plain mean of a config's readings mixes search readings with
 the final round's side-by-side ones, which on the same machine read 2-5 % slower, so
-the finalists fall behind configs read once. A replayed search sees figures; it hands
-nothing to a compiler.
+the finalists fall behind configs read once. They let the final side-by-side round
+decide. A replayed search sees figures; it hands nothing to a compiler.
 """
 
 from __future__ import annotations

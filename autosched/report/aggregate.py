@@ -23,6 +23,7 @@ from typing import Any
 
 from autosched.errors import AutoschedError
 from autosched.records.base import Database
+from autosched.records.choice import chosen
 from autosched.records.record import OK, STATUSES, Record
 from autosched.report.sections import (
     ConfigRow,
@@ -74,7 +75,9 @@ def _default_key(first: Record, records: Sequence[Record], spaces: SpaceCache) -
 
 
 def split_final(records: Sequence[Record]) -> list[bool]:
-    """Mark each record (in time order) that a run's final re-measurement produced."""
+    """Mark each record (in time order) that a run's final re-measurement produced: its
+    ``rounds`` say so, or, for a run recorded before records kept them, the run's tail of
+    configs that were all recorded before."""
     first_seen: dict[str, int] = {}
     for i, r in enumerate(records):
         first_seen.setdefault(r.config_key, i)
@@ -83,6 +86,10 @@ def split_final(records: Sequence[Record]) -> list[bool]:
         by_run[r.run_id].append(i)
     final = [False] * len(records)
     for indices in by_run.values():
+        if any(records[i].rounds for i in indices):
+            for i in indices:
+                final[i] = records[i].rounds > 0
+            continue
         # The tail of a run whose configs were all recorded before: the finalists.
         for i in reversed(indices):
             r = records[i]
@@ -212,7 +219,7 @@ def build_section(
         (r for r in search if r.config_key == default_key and r.ok),
         None,
     )
-    best = db.best(first.workload_key, target=first.target, device_key=first.device_key, k=1)
+    best = chosen(db, first.workload_key, target=first.target, device_key=first.device_key)
     return Section(
         workload=first.workload,
         workload_key=first.workload_key,
@@ -225,7 +232,7 @@ def build_section(
         runs=tuple(runs),
         default_config_key=default_key,
         default_search=default_search,
-        best=best[0] if best else None,
+        best=best,
         top=top,
         errors=errors,
         final_rounds=tuple(rounds),

@@ -109,7 +109,7 @@ class Section:
     runs: tuple[RunInfo, ...]
     default_config_key: str | None
     default_search: Record | None  # the default schedule's search-phase measurement
-    best: Record | None  # fastest ok record (``Database.best``)
+    best: Record | None  # what compilers take (``autosched.records.choice.chosen``)
     top: tuple[ConfigRow, ...]
     errors: tuple[ErrorKind, ...]  # one per error kind, zero counts included
     final_rounds: tuple[FinalRound, ...]

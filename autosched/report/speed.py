@@ -114,16 +114,17 @@ def comparison(s: Section, anchor: str) -> str:
         )
     if s.best is not None and s.best.gflops:
         phase = (
-            "re-measurement"
+            "leader of the final side-by-side round"
             if any(s.best.id == f.final.id for r in s.final_rounds for f in r.finalists)
             else "search phase"
         )
+        where = f"record {s.best.id}, run {s.best.run_id}, {phase}"
         rows.append(
             (
                 "tuned best",
                 s.best.gflops,
                 s.best.latency_s,
-                f"fastest record in the database (record {s.best.id}, run {s.best.run_id}, {phase})",
+                f"what compilers take from the database ({where})",
                 charts.BEST_COLOUR,
             )
         )

@@ -22,6 +22,7 @@ from typing import Any
 from autosched.errors import HarnessError
 from autosched.measure.lifeline import GUARD, importing_main
 from autosched.records.base import Database
+from autosched.records.choice import chosen
 from autosched.records.record import RUN_ERROR, Record
 from autosched.space.config import Config
 from autosched.tuning.interrupt import check as check_interrupt
@@ -294,50 +295,41 @@ def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str
     return waiting
 
 
-def _chosen(db: Database, pair: Pair, final: list[Record]) -> Record | None:
+def _chosen(db: Database, pair: Pair) -> Record | None:
     """The config every reader of the records takes (``autosched best``, ``compile``, Relax
-    builds: the fastest ok record), shown by its side-by-side record from the final round
-    when it has one (so its figure and the default's come from one interleaved run)."""
+    builds: :func:`autosched.records.choice.chosen`), after its final round that is the
+    leader of that round, shown by its record there (so its figure and the default's
+    come from one interleaved run)."""
     where = dict(device_key=pair.slot.device_key, target=pair.task.target)
     top = db.best(pair.task.workload.key, k=1, **where)
-    if not top:
-        return None
-    mine = [r for r in final if r.config_key == top[0].config_key]
-    if not mine:
-        return top[0]
-    leader = min(final, key=lambda r: r.latency_s or float("inf"))
-    if leader.config_key != top[0].config_key:
+    picked = chosen(db, pair.task.workload.key, **where)
+    if top and picked and picked.config_key != top[0].config_key:
         log.info(
-            "%s: side by side %s led; the records' fastest config is %s, which "
-            "compilers take and this reports",
+            "%s: side by side %s led the records' fastest reading, %s; compilers take %s",
             pair.name,
-            leader.config_key,
+            picked.config_key,
             top[0].config_key,
+            picked.config_key,
         )
-    stored = db.best(pair.task.workload.key, k=50, **where)
-    shown = min(mine, key=lambda r: r.latency_s or float("inf"))
-    return next(
-        (r for r in stored if r.config_key == shown.config_key and r.timestamp == shown.timestamp),
-        shown,
-    )
+    return picked
 
 
 def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) -> None:
     """Re-measure each pair's best few side by side with its default schedule."""
     handles: dict[Any, Pair] = {}
     for pair in pairs:
-        ranked = db.best(
-            pair.task.workload.key,
-            device_key=pair.slot.device_key,
-            target=pair.task.target,
-            k=k * (k + 2),  # earlier runs' finalists hold several records each
-        )
+        where = dict(device_key=pair.slot.device_key, target=pair.task.target)
+        # k * (k + 2): earlier runs' finalists hold several records each.
+        ranked = db.best(pair.task.workload.key, k=k * (k + 2), **where)
         if not ranked:
             continue
         unique = {r.config_key: r for r in reversed(ranked)}  # keeps each one's fastest
         configs = [Config(r.config) for r in ranked if unique.pop(r.config_key, None)][:k]
-        if pair.default.key not in {c.key for c in configs}:
-            configs.append(pair.default)
+        # What an earlier run's final chose defends its place; the default stands by.
+        held = chosen(db, pair.task.workload.key, **where)
+        for extra in (Config(held.config) if held else None, pair.default):
+            if extra is not None and extra.key not in {c.key for c in configs}:
+                configs.append(extra)
         request = BatchRequest(
             workload=pair.task.workload.to_json(),
             target=pair.task.target,
@@ -358,4 +350,4 @@ def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) ->
             ok = [r for r in result if r.ok]
             db.add(ok)
             pair.default_record = next((r for r in ok if r.config_key == pair.default.key), None)
-            pair.best = _chosen(db, pair, ok)
+            pair.best = _chosen(db, pair)

@@ -1,0 +1,75 @@
+"""The config the records choose for a workload: what compilers build and runs report.
+
+:meth:`Database.best` ranks records by their own figure, and a config read once at a
+lucky moment can lead that ranking by more than it leads on the machine. A tuning run
+ends by timing its finalists again side by side (:attr:`Record.rounds` > 0), always
+with the config then fastest in the records among them, and those readings compare
+with each other as readings taken minutes apart do not. So :func:`chosen` takes the
+fastest-reading config (``best``'s first) and, where a side-by-side round measured it,
+the config that ran fastest in the latest such round; it is that round's record, whose
+figure and the default's come from one interleaved run.
+
+Why not rank every config by all its readings: in a quickstart's records on a 2-core
+Zen 4 a side-by-side round read the finalists 2-5 % slower than the same configs'
+search readings, so any mean of a config's readings let configs read once overtake the
+finalists; the search readings say who gets into the final, the final says who wins.
+In 7 of the 25 replay samples that hold final rounds, the last round's leader is not
+the fastest-reading config and ran ahead of it by 1-14 % in that round.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from autosched.records.base import Database
+from autosched.records.record import Record
+
+
+def chosen_among(records: Sequence[Record]) -> Record | None:
+    """The chosen record among ``records`` (one workload; see the module docstring):
+    None when none is ok with a latency."""
+    ok = [r for r in records if r.ok and r.latency_s]
+    if not ok:
+        return None
+    fastest = min(ok, key=_rank)
+    return _settled(fastest, ok)
+
+
+def chosen(
+    db: Database,
+    workload_key: str,
+    *,
+    target: str | None = None,
+    device_key: str | None = None,
+    device_family: str | None = None,
+) -> Record | None:
+    """The record of the config that the records choose for ``workload_key`` on a
+    device (``device_key``) or a device family: ``db.best``'s first, or the leader of
+    the latest side-by-side round that measured it. None when nothing ran."""
+    where = dict(target=target, device_key=device_key, device_family=device_family)
+    top = db.best(workload_key, k=1, **where)
+    if not top:
+        return None
+    return _settled(top[0], db.query(workload_key=workload_key, status="ok", **where))
+
+
+def _rank(record: Record) -> tuple[float, int]:
+    return (record.latency_s or float("inf"), record.id if record.id is not None else -1)
+
+
+def _settled(fastest: Record, ok: Sequence[Record]) -> Record:
+    """``fastest``, or the leader of the latest side-by-side round on its device that
+    measured its config."""
+    rounds = [
+        r
+        for r in ok
+        if r.rounds and r.device_key == fastest.device_key and r.started_at is not None
+    ]
+    mine = [r for r in rounds if r.config_key == fastest.config_key]
+    if not mine:
+        return fastest
+    last = max(mine, key=lambda r: (r.started_at or 0.0, r.id or 0))
+    side_by_side = [
+        r for r in rounds if r.run_id == last.run_id and r.started_at == last.started_at
+    ]
+    return min(side_by_side, key=_rank)
