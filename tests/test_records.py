@@ -198,6 +198,34 @@ def test_measurement_times_and_worker_round_trip_exactly(db: Database) -> None:
     assert db.best(timed.workload_key, k=1)[0].worker == "node-7:4242"
 
 
+def test_latest_round_is_the_last_side_by_side_round_that_measured_the_config(
+    db: Database,
+) -> None:
+    def reading(i: int, ms: float, run: str, at: float, rounds: int = 3, **kw) -> Record:
+        r = make_record(i, latency=ms * 1e-3, run_id=run, timestamp=at, **kw)
+        return Record(**{**r.__dict__, "started_at": at, "rounds": rounds})
+
+    first = [reading(0, 1.1, "r1", 10.0), reading(1, 1.0, "r1", 10.0), reading(2, 1.2, "r1", 10.0)]
+    second = [reading(0, 0.9, "r2", 20.0), reading(2, 1.3, "r2", 20.0)]
+    search = [reading(1, 0.5, "r2", 30.0, rounds=0)]  # a later search reading: not a round
+    other = [reading(1, 0.1, "r3", 40.0, driver="9.9")]  # another device's round
+    failed = [
+        Record(**{**reading(1, 1.0, "r4", 50.0).__dict__, "status": "timeout", "latency_s": None})
+    ]
+    db.add(first + second + search + other + failed)
+    w, d = first[0].workload_key, first[0].device_key
+
+    def latest(i: int) -> list[tuple[str, str]]:
+        got = db.latest_round(w, device_key=d, config_key=f"cfg-{i:04d}")
+        return [(r.config_key, r.run_id) for r in got]
+
+    assert latest(1) == [("cfg-0001", "r1"), ("cfg-0000", "r1"), ("cfg-0002", "r1")]
+    assert latest(0) == latest(2) == [("cfg-0000", "r2"), ("cfg-0002", "r2")]
+    assert latest(7) == []
+    with pytest.raises(InvalidInputError, match="config_key"):
+        db.latest_round(w, device_key=d, config_key=None)  # type: ignore[arg-type]
+
+
 def test_rounds_round_trip_and_are_checked(db: Database) -> None:
     final = Record(**{**make_record(0).__dict__, "started_at": 5.0, "rounds": 3})
     search = make_record(1)

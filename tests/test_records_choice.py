@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from autosched.records import Record
-from autosched.records.choice import chosen, chosen_among
+from autosched.records.choice import chosen
 from autosched.records.sqlite import MEMORY, SQLiteDatabase
 from tests.records_factory import make_record
 
@@ -43,12 +43,16 @@ def _key(record: Record | None) -> str | None:
     return record.config_key if record is not None else None
 
 
+def _chosen(records: list[Record], **where) -> Record | None:
+    with _db(records) as db:
+        return chosen(db, records[0].workload_key, **where) if records else None
+
+
 def test_without_a_side_by_side_round_the_fastest_reading_is_chosen():
     with _db(SEARCH) as db:
         picked = chosen(db, SEARCH[0].workload_key)
         assert picked == db.best(SEARCH[0].workload_key, k=1)[0]
     assert _key(picked) == "cfg-0000"
-    assert chosen_among(SEARCH) == SEARCH[1]
 
 
 def test_the_leader_of_the_final_round_is_chosen_and_shown_by_its_round_record():
@@ -58,18 +62,18 @@ def test_the_leader_of_the_final_round_is_chosen_and_shown_by_its_round_record()
     assert _key(picked) == "cfg-0001"
     assert picked is not None and picked.rounds == 3 and picked.latency_s == FINAL[1].latency_s
     assert picked.id is not None  # a stored record: compilers name it
-    assert chosen_among(SEARCH + FINAL) == FINAL[1]
 
 
 def test_a_faster_config_found_later_wins_until_a_round_measures_it():
     later = [_reading(3, 0.95, run="r2", at=30.0)]  # a resumed run, killed before its final
-    assert _key(chosen_among(SEARCH + FINAL + later)) == "cfg-0003"
+    assert _key(_chosen(SEARCH + FINAL + later)) == "cfg-0003"
     settled = _round("r2", 40.0, {3: 1.07, 1: 1.03, 9: 2.1})
-    assert chosen_among(SEARCH + FINAL + later + settled) == settled[1]
+    picked = _chosen(SEARCH + FINAL + later + settled)
+    assert _key(picked) == "cfg-0001" and picked is not None and picked.started_at == 40.0
     # the latest round that measured the fastest config decides, not an older one
-    reversed_order = _round("r3", 50.0, {3: 1.01, 1: 1.06, 9: 2.0})
-    both = SEARCH + FINAL + later + settled + reversed_order
-    assert chosen_among(both) == reversed_order[0]
+    again = _round("r3", 50.0, {3: 1.01, 1: 1.06, 9: 2.0})
+    picked = _chosen(SEARCH + FINAL + later + settled + again)
+    assert _key(picked) == "cfg-0003" and picked is not None and picked.started_at == 50.0
 
 
 def test_rounds_of_another_device_or_failed_records_do_not_decide():
@@ -83,12 +87,14 @@ def test_rounds_of_another_device_or_failed_records_do_not_decide():
         spread=None,
         gflops=None,
     )
-    with _db(SEARCH + FINAL + other + [timed_out]) as db:
-        exact = chosen(db, SEARCH[0].workload_key, device_key=SEARCH[0].device_key)
-        family = chosen(db, SEARCH[0].workload_key, device_family=SEARCH[0].device_family)
+    records = SEARCH + FINAL + other + [timed_out]
+    exact = _chosen(records, device_key=SEARCH[0].device_key)
+    family = _chosen(records, device_family=SEARCH[0].device_family)
     assert _key(exact) == "cfg-0001" and exact is not None and exact.started_at == 20.0
     # Over the family, config 2's 0.9 ms in the other driver's round is the fastest
     # reading, and that round (on its own device) decides.
     assert _key(family) == "cfg-0002" and family is not None
     assert family.device_key == other[1].device_key != SEARCH[0].device_key
-    assert chosen_among([]) is None and chosen_among([timed_out]) is None
+    assert _chosen([timed_out]) is None
+    with _db([]) as db:
+        assert chosen(db, SEARCH[0].workload_key) is None

@@ -16,6 +16,7 @@ conformance suite over each):
 * ``query`` filters are ANDed; ``None`` means "any". Results are ordered by id (the order
   of insertion).
 * ``best`` returns only ``ok`` records, fastest (lowest ``latency_s``) first.
+* ``latest_round`` returns the ok records of one side-by-side round, fastest first.
 """
 
 from __future__ import annotations
@@ -56,6 +57,12 @@ class Database(Protocol):
         k: int = 1,
     ) -> list[Record]:
         """The ``k`` fastest ok records of a workload, fastest first."""
+        ...
+
+    def latest_round(self, workload_key: str, *, device_key: str, config_key: str) -> list[Record]:
+        """The ok records of the latest side-by-side round (``Record.rounds`` > 0: one run
+        id, one ``started_at``) on this exact device that measured ``config_key``,
+        fastest first; empty when none did."""
         ...
 
     def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:

@@ -19,20 +19,8 @@ the fastest-reading config and ran ahead of it by 1-14 % in that round.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from autosched.records.base import Database
 from autosched.records.record import Record
-
-
-def chosen_among(records: Sequence[Record]) -> Record | None:
-    """The chosen record among ``records`` (one workload; see the module docstring):
-    None when none is ok with a latency."""
-    ok = [r for r in records if r.ok and r.latency_s]
-    if not ok:
-        return None
-    fastest = min(ok, key=_rank)
-    return _settled(fastest, ok)
 
 
 def chosen(
@@ -45,31 +33,15 @@ def chosen(
 ) -> Record | None:
     """The record of the config that the records choose for ``workload_key`` on a
     device (``device_key``) or a device family: ``db.best``'s first, or the leader of
-    the latest side-by-side round that measured it. None when nothing ran."""
-    where = dict(target=target, device_key=device_key, device_family=device_family)
-    top = db.best(workload_key, k=1, **where)
+    the latest side-by-side round on its device that measured it (that round's record).
+    None when nothing ran."""
+    top = db.best(
+        workload_key, target=target, device_key=device_key, device_family=device_family, k=1
+    )
     if not top:
         return None
-    return _settled(top[0], db.query(workload_key=workload_key, status="ok", **where))
-
-
-def _rank(record: Record) -> tuple[float, int]:
-    return (record.latency_s or float("inf"), record.id if record.id is not None else -1)
-
-
-def _settled(fastest: Record, ok: Sequence[Record]) -> Record:
-    """``fastest``, or the leader of the latest side-by-side round on its device that
-    measured its config."""
-    rounds = [
-        r
-        for r in ok
-        if r.rounds and r.device_key == fastest.device_key and r.started_at is not None
-    ]
-    mine = [r for r in rounds if r.config_key == fastest.config_key]
-    if not mine:
-        return fastest
-    last = max(mine, key=lambda r: (r.started_at or 0.0, r.id or 0))
-    side_by_side = [
-        r for r in rounds if r.run_id == last.run_id and r.started_at == last.started_at
-    ]
-    return min(side_by_side, key=_rank)
+    fastest = top[0]
+    final = db.latest_round(
+        workload_key, device_key=fastest.device_key, config_key=fastest.config_key
+    )
+    return final[0] if final else fastest

@@ -93,7 +93,7 @@ _SCHEMA = (
 )
 # Statements that take a database of version N to N + 1. 2: rounds.
 _UPGRADES: dict[int, tuple[str, ...]] = {
-    1: ("ALTER TABLE records ADD COLUMN rounds INTEGER NOT NULL DEFAULT 0",),
+    1: ("ALTER TABLE records ADD COLUMN rounds INTEGER NOT NULL DEFAULT 0", rows.ROUNDS_INDEX),
 }
 
 _INSERT = rows.placeholders(rows.INSERT, "%s") + " ON CONFLICT DO NOTHING RETURNING id"

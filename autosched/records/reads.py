@@ -63,6 +63,14 @@ class SQLReads:
         )
         return [rows.from_row(row) for row in self._read(sql, params)]
 
+    def latest_round(self, workload_key: str, *, device_key: str, config_key: str) -> list[Record]:
+        """The ok records of the latest side-by-side round on this device that measured
+        ``config_key``, fastest first (ties by id); empty when none did."""
+        sql, params = rows.latest_round_sql(
+            workload_key, device_key=device_key, config_key=config_key
+        )
+        return [rows.from_row(row) for row in self._read(sql, params)]
+
     def measured_config_keys(self, workload_key: str, *, device_key: str, target: str) -> set[str]:
         """Config keys already measured (any status) for this workload on this exact device."""
         sql, params = rows.measured_sql(workload_key, device_key=device_key, target=target)

@@ -55,6 +55,16 @@ STATUS_LIST = ", ".join(f"'{s}'" for s in STATUSES)
 # query (not as a bound parameter) for the planner to use them.
 OK_ROWS = "status = 'ok' AND latency_s IS NOT NULL"
 
+# The readings of side-by-side rounds (``Record.rounds`` > 0) are few, and all that
+# ``latest_round`` reads. Its ok condition leaves ``latency_s IS NOT NULL`` out (an ok
+# record always has one: check_record) so that the planner cannot take the ``best``
+# indexes, which hold every ok reading, for these.
+ROUND_ROWS = "rounds > 0 AND status = 'ok'"
+ROUNDS_INDEX = (
+    "CREATE INDEX IF NOT EXISTS records_rounds "
+    "ON records (workload_key, device_key, config_key, started_at) WHERE rounds > 0"
+)
+
 COLUMNS = ", ".join(("id", *FIELDS))
 INSERT = (
     f"INSERT INTO records ({', '.join((*FIELDS, 'op'))}) "
@@ -71,6 +81,7 @@ INDEXES = (
     f"ON records (workload_key, latency_s) WHERE {OK_ROWS}",
     "CREATE INDEX IF NOT EXISTS records_measured "
     "ON records (workload_key, device_key, target, config_key)",
+    ROUNDS_INDEX,
 )
 
 
@@ -244,6 +255,30 @@ def best_sql(
         "ORDER BY latency_s, id LIMIT ?"
     )
     return sql, [*params, k]
+
+
+def latest_round_sql(
+    workload_key: str, *, device_key: str, config_key: str
+) -> tuple[str, list[Any]]:
+    """``latest_round``: the ok records of the latest side-by-side round (one run id, one
+    start) on one device that measured a config, fastest first (ties by id)."""
+    for name, value in (
+        ("workload_key", workload_key),
+        ("device_key", device_key),
+        ("config_key", config_key),
+    ):
+        check_filter(name, value)
+        if value is None:
+            raise InvalidInputError(f"{name} is None; expected a string")
+    mine = (
+        "SELECT run_id, started_at FROM records WHERE workload_key = ? AND device_key = ? "
+        f"AND config_key = ? AND {ROUND_ROWS} ORDER BY started_at DESC, id DESC LIMIT 1"
+    )
+    sql = (
+        f"SELECT {COLUMNS} FROM records WHERE workload_key = ? AND device_key = ? "
+        f"AND {ROUND_ROWS} AND (run_id, started_at) IN ({mine}) ORDER BY latency_s, id"
+    )
+    return sql, [workload_key, device_key, workload_key, device_key, config_key]
 
 
 def measured_sql(workload_key: str, *, device_key: str, target: str) -> tuple[str, list[Any]]:

@@ -91,7 +91,7 @@ _UPGRADES = {
         "ALTER TABLE records ADD COLUMN ended_at REAL",
         "ALTER TABLE records ADD COLUMN worker TEXT NOT NULL DEFAULT ''",
     ),
-    2: ("ALTER TABLE records ADD COLUMN rounds INTEGER NOT NULL DEFAULT 0",),
+    2: ("ALTER TABLE records ADD COLUMN rounds INTEGER NOT NULL DEFAULT 0", rows.ROUNDS_INDEX),
 }
 _INSERT = rows.INSERT
 _FIND = rows.FIND
