@@ -13,6 +13,7 @@ from autosched.compiler import compile, find_config
 from autosched.compiler.lookup import shape_and_options, shape_distance
 from autosched.measure.device import select_device
 from autosched.measure.runner import TimingOptions
+from autosched.records.choice import chosen
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.select import make_space
 from autosched.space.space import TARGETS, Space
@@ -103,8 +104,9 @@ def test_compile_after_tuning_a_conv2d_uses_the_best_record(tuned_conv, target):
     wl = WORKLOADS["conv2d_pad1"]
     dev = _device(target)
     with SQLiteDatabase(tuned_conv, create=False) as db:
-        best = db.best(wl.key, device_key=dev.key(target), target=target)[0]
+        best = chosen(db, wl.key, device_key=dev.key(target), target=target)
     kernel = compile(wl, target=target, db=tuned_conv, shipped=False)
+    assert best is not None and best.rounds == 3  # the leader of the tune's final round
     assert kernel.provenance == "exact" and kernel.record.id == best.id
     _check_outputs(kernel, seed=2)
 

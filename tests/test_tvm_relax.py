@@ -74,6 +74,7 @@ def tuned_db(tmp_path_factory):
 def test_relax_build_applies_the_record_of_its_own_task(tuned_db):
     import tvm
 
+    from autosched.records.choice import chosen
     from autosched.records.sqlite import SQLiteDatabase
 
     db, tasks = tuned_db
@@ -89,7 +90,8 @@ def test_relax_build_applies_the_record_of_its_own_task(tuned_db):
     (applied,) = tuned.applied
     dev = select_device(target="llvm")
     with SQLiteDatabase(db, create=False) as store:
-        best = store.best(task.workload.key, device_key=dev.key("llvm"), target="llvm")[0]
+        best = chosen(store, task.workload.key, device_key=dev.key("llvm"), target="llvm")
+    assert best is not None
     assert applied.provenance == "exact" and applied.record_id == best.id
     assert applied.workload == task.workload
     fused = [
