@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from autosched.records import open_database
+from autosched.records.choice import chosen
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.tuning.control import MIN_NEW
 from tests.browser import chart_blue, screenshot
@@ -94,6 +95,19 @@ def _check_topped_up(
         again = sum(n - 1 for n in counts.values())
         controls = runs * (trials // MIN_NEW)  # at most one per batch of MIN_NEW or more
         assert again <= (finalists + 1) * runs + controls, (pair, counts)
+    # The finalists' records say they were timed side by side, and what compilers take
+    # is the leader of such a round.
+    side_by_side = collections.Counter(
+        (r.workload_key, r.device_key, r.target) for r in records if r.rounds
+    )
+    db = open_database(db_path, create=False)
+    try:
+        for pair in by_pair:
+            assert 0 < side_by_side[pair] <= (finalists + 2) * runs, (pair, side_by_side)
+            picked = chosen(db, pair[0], device_key=pair[1], target=pair[2])
+            assert picked is not None and picked.rounds == 3, (pair, picked)
+    finally:
+        db.close()
 
 
 @pytest.mark.timed
