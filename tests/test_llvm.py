@@ -391,7 +391,9 @@ def test_cli_tunes_and_looks_up_on_llvm_without_opencl(tmp_path):
         env=env,
     )
     assert best.returncode == 0, best.stderr
-    assert json.loads((tmp_path / "b.json").read_text())["best"]["config"] == data["best"]["config"]
+    picked = json.loads((tmp_path / "b.json").read_text())["best"]
+    assert picked["config"] == data["best"]["config"] and picked["rounds"] == 3
+    assert "final round: 3 rounds side by side" in best.stdout
     bad = subprocess.run(
         [*run, "tune", *common[:-4], "--target", "cuda"], capture_output=True, text=True, env=env
     )

@@ -279,6 +279,10 @@ def cmd_best(args: argparse.Namespace) -> int:
         f"  {r.gflops:.1f} GFLOP/s   {r.latency_s * 1e3:.3f} ms   spread {100 * (r.spread or 0):.1f}%   record {r.id}"
     )
     print(f"  {format_config(r.config)}")
+    if r.rounds:
+        print(f"  the leader of run {r.run_id}'s final round: {r.rounds} rounds side by side")
+    else:
+        print("  one reading: no side-by-side round has timed this config yet")
     _write_json(
         args.json,
         {
@@ -291,6 +295,7 @@ def cmd_best(args: argparse.Namespace) -> int:
                 "spread": r.spread,
                 "config": r.config,
                 "record_id": r.id,
+                "rounds": r.rounds,
             },
         },
     )
