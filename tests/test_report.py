@@ -168,6 +168,9 @@ def test_finalists_are_compared_with_their_search_measurement(tuned, page):
     last_new = max(i for i, r in enumerate(records) if r.config_key not in _keys(records[:i]))
     finals = records[last_new + 1 :]
     assert finals and len(records) > 8 + len(finals)  # the batches' controls
+    assert [r for r in records if r.rounds] == finals  # as their records say
+    # The round's leader, what compilers take, is marked (once).
+    assert noise.count("compilers take") == 1 and result.best.rounds == 3
     assert f"Run <code>{result.run_id}</code>" in noise
     for r in finals:
         assert fmt_gflops(r.gflops) in noise

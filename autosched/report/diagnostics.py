@@ -149,6 +149,8 @@ def _round(s: Section, rnd: FinalRound) -> str:
     rows = []
     for f in rnd.finalists:
         tag = ' <span class="badge default">default</span>' if f.is_default else ""
+        if s.best is not None and f.final.id == s.best.id:
+            tag += ' <span class="badge chosen">compilers take</span>'
         change = (
             f.final.gflops / f.search.gflops - 1.0
             if f.search is not None and f.search.gflops and f.final.gflops

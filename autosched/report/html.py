@@ -66,6 +66,7 @@ figcaption { font-size: 12.5px; color: var(--muted); margin-top: 2px; }
 .badge { display: inline-block; padding: 0 6px; border-radius: 9px; font-size: 11.5px;
          background: #e8eef8; color: var(--accent); margin-left: 4px; }
 .badge.default { background: #eeeeee; color: #555; }
+.badge.chosen { background: #e3f0e3; color: #2d6a2d; }
 .zero { color: #a0a6b1; }
 .empty { padding: 8px 12px; background: var(--soft); border-radius: 6px; color: var(--muted); }
 details summary { cursor: pointer; color: var(--muted); }
