@@ -38,7 +38,7 @@ from urllib.parse import quote
 
 from autosched.errors import AutoschedError
 from autosched.records.base import Database
-from autosched.records.choice import chosen
+from autosched.records.choice import chosen, settled
 from autosched.records.record import OK, Record
 from autosched.records.sqlite import MEMORY, SQLiteDatabase
 from autosched.space.config import Config
@@ -207,9 +207,8 @@ def _best_valid(space: Space, sources: Sequence[Source], **where: str) -> tuple[
     fastest ok record that does."""
     wl = space.workload
     for source in sources:
-        picked = chosen(source.db, wl.key, target=space.target, **where)
         top = source.db.best(wl.key, target=space.target, k=_CANDIDATES, **where)
-        for record in (picked, *top) if picked else top:
+        for record in (settled(source.db, top[0]), *top) if top else ():
             reason = space.check(Config.from_json(record.config))
             if reason is None:
                 return record, source.label

@@ -38,10 +38,14 @@ def chosen(
     top = db.best(
         workload_key, target=target, device_key=device_key, device_family=device_family, k=1
     )
-    if not top:
-        return None
-    fastest = top[0]
+    return settled(db, top[0]) if top else None
+
+
+def settled(db: Database, fastest: Record) -> Record:
+    """What the records choose given ``fastest``, their fastest reading of a workload
+    (``db.best``'s first): the leader of the latest side-by-side round on its device
+    that measured its config, else ``fastest`` itself."""
     final = db.latest_round(
-        workload_key, device_key=fastest.device_key, config_key=fastest.config_key
+        fastest.workload_key, device_key=fastest.device_key, config_key=fastest.config_key
     )
     return final[0] if final else fastest
