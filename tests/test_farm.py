@@ -66,7 +66,13 @@ def _cli(*args: str, timeout: float = 300, mark: str = "") -> subprocess.Complet
 
 
 def _check_topped_up(
-    db_path: Path | str, trials: int, pairs: int, *, runs: int = 1, finalists: int = 3
+    db_path: Path | str,
+    trials: int,
+    pairs: int,
+    *,
+    runs: int = 1,
+    finalists: int = 3,
+    final_may_fail: bool = False,
 ) -> None:
     """Every (workload, device) pair has exactly ``trials`` distinct candidates, and a
     candidate has more than one record only as a batch's control (the best so far,
@@ -96,16 +102,19 @@ def _check_topped_up(
         controls = runs * (trials // MIN_NEW)  # at most one per batch of MIN_NEW or more
         assert again <= (finalists + 1) * runs + controls, (pair, counts)
     # The finalists' records say they were timed side by side, and what compilers take
-    # is the leader of such a round.
+    # is the leader of such a round (``final_may_fail``: unless the round's timings all
+    # failed, as a one-second limit can make them; only ok records are kept).
     side_by_side = collections.Counter(
         (r.workload_key, r.device_key, r.target) for r in records if r.rounds
     )
     db = open_database(db_path, create=False)
     try:
         for pair in by_pair:
-            assert 0 < side_by_side[pair] <= (finalists + 2) * runs, (pair, side_by_side)
+            assert side_by_side[pair] <= (finalists + 2) * runs, (pair, side_by_side)
             picked = chosen(db, pair[0], device_key=pair[1], target=pair[2])
-            assert picked is not None and picked.rounds == 3, (pair, picked)
+            if side_by_side[pair] or not final_may_fail:
+                assert side_by_side[pair] > 0, (pair, side_by_side)
+                assert picked is not None and picked.rounds == 3, (pair, picked)
     finally:
         db.close()
 
@@ -504,7 +513,7 @@ def test_a_kernel_past_its_time_limit_is_killed_and_the_job_goes_on(tmp_path):
     db = tmp_path / "records.db"
     run = _cli("job", "run", str(job), "--db", str(db))
     assert run.returncode == 0, run.stderr[-3000:]
-    _check_topped_up(db, trials=4, pairs=1)
+    _check_topped_up(db, trials=4, pairs=1, final_may_fail=True)
     records = _records(db)
     timeouts = [r for r in records if r.status == "timeout"]
     assert timeouts and all("1" in r.error for r in timeouts), [
