@@ -22,7 +22,7 @@ from typing import Any
 from autosched.errors import HarnessError
 from autosched.measure.lifeline import GUARD, importing_main
 from autosched.records.base import Database
-from autosched.records.choice import chosen
+from autosched.records.choice import settled
 from autosched.records.record import RUN_ERROR, Record
 from autosched.space.config import Config
 from autosched.tuning.interrupt import check as check_interrupt
@@ -302,8 +302,10 @@ def _chosen(db: Database, pair: Pair) -> Record | None:
     come from one interleaved run)."""
     where = dict(device_key=pair.slot.device_key, target=pair.task.target)
     top = db.best(pair.task.workload.key, k=1, **where)
-    picked = chosen(db, pair.task.workload.key, **where)
-    if top and picked and picked.config_key != top[0].config_key:
+    if not top:
+        return None
+    picked = settled(db, top[0])
+    if picked.config_key != top[0].config_key:
         log.info(
             "%s: side by side %s led the records' fastest reading, %s; compilers take %s",
             pair.name,
@@ -326,9 +328,9 @@ def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) ->
         unique = {r.config_key: r for r in reversed(ranked)}  # keeps each one's fastest
         configs = [Config(r.config) for r in ranked if unique.pop(r.config_key, None)][:k]
         # What an earlier run's final chose defends its place; the default stands by.
-        held = chosen(db, pair.task.workload.key, **where)
-        for extra in (Config(held.config) if held else None, pair.default):
-            if extra is not None and extra.key not in {c.key for c in configs}:
+        held = settled(db, ranked[0])
+        for extra in (Config(held.config), pair.default):
+            if extra.key not in {c.key for c in configs}:
                 configs.append(extra)
         request = BatchRequest(
             workload=pair.task.workload.to_json(),
