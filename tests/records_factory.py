@@ -28,8 +28,11 @@ def make_record(
     run_id: str = "run-1",
     timestamp: float | None = None,
     config_key: str | None = None,
+    started_at: float | None = None,
+    rounds: int = 0,
 ) -> Record:
-    """A plausible measurement of config ``i`` of a matmul on a PoCL device."""
+    """A plausible measurement of config ``i`` of a matmul on a PoCL device; ``started_at``
+    is its batch's start, ``rounds`` > 0 makes it a side-by-side round's reading."""
     workload = {
         "op": op,
         "params": {"M": m, "N": 64, "K": 64, "epilogue": "none"},
@@ -55,4 +58,6 @@ def make_record(
         gflops=2 * m * 64 * 64 / lat / 1e9 if ok else None,
         timestamp=1.7e9 + i if timestamp is None else timestamp,
         run_id=run_id,
+        started_at=started_at,
+        rounds=rounds,
     )

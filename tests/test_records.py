@@ -202,8 +202,9 @@ def test_latest_round_is_the_last_side_by_side_round_that_measured_the_config(
     db: Database,
 ) -> None:
     def reading(i: int, ms: float, run: str, at: float, rounds: int = 3, **kw) -> Record:
-        r = make_record(i, latency=ms * 1e-3, run_id=run, timestamp=at, **kw)
-        return Record(**{**r.__dict__, "started_at": at, "rounds": rounds})
+        return make_record(
+            i, latency=ms * 1e-3, run_id=run, timestamp=at, started_at=at, rounds=rounds, **kw
+        )
 
     first = [reading(0, 1.1, "r1", 10.0), reading(1, 1.0, "r1", 10.0), reading(2, 1.2, "r1", 10.0)]
     second = [reading(0, 0.9, "r2", 20.0), reading(2, 1.3, "r2", 20.0)]
@@ -227,7 +228,7 @@ def test_latest_round_is_the_last_side_by_side_round_that_measured_the_config(
 
 
 def test_rounds_round_trip_and_are_checked(db: Database) -> None:
-    final = Record(**{**make_record(0).__dict__, "started_at": 5.0, "rounds": 3})
+    final = make_record(0, started_at=5.0, rounds=3)
     search = make_record(1)
     db.add([final, search])
     assert [r.rounds for r in db.query()] == [3, 0]

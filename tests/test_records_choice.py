@@ -12,8 +12,9 @@ from tests.records_factory import make_record
 
 
 def _reading(config: int, ms: float, *, run: str, at: float, rounds: int = 0, **kw) -> Record:
-    record = make_record(config, latency=ms * 1e-3, run_id=run, timestamp=at, **kw)
-    return dataclasses.replace(record, started_at=at, rounds=rounds)
+    return make_record(
+        config, latency=ms * 1e-3, run_id=run, timestamp=at, started_at=at, rounds=rounds, **kw
+    )
 
 
 def _round(run: str, at: float, ms: dict[int, float], **kw) -> list[Record]:

@@ -265,7 +265,7 @@ def test_version_1_tables_are_upgraded_in_place(pg_url: str) -> None:
         conn.execute("UPDATE records_meta SET value = '1'")
     with open_database(pg_url) as db:
         assert db.query() == old
-        final = Record(**{**make_record(3).__dict__, "started_at": 9.0, "rounds": 3})
+        final = make_record(3, started_at=9.0, rounds=3)
         db.add([final])
         assert db.query()[3] == final
     with psycopg.connect(pg_url) as conn:
