@@ -72,6 +72,8 @@ def measure_sample(
     configs = {r.config_key: r.config for r in top + drawn}
     figures = retime(session, cache.workload, cache.target, configs, args.repeats, args.rounds)
     now = {k: statistics.median(v) for k, v in figures.items() if v}
+    if not now:  # every config failed this time (a driver gone, a changed machine)
+        return {"top": len(top), "random": len(drawn), "error": "no config ran again"}
     fastest = max(now.values())
 
     def share(key: str) -> float | None:
@@ -81,10 +83,9 @@ def measure_sample(
     order = sorted(now, key=lambda k: -now[k])
     best_key = top[0].config_key
 
-    def inflation(records: list) -> float:
-        return statistics.median(
-            (r.gflops or 0.0) / now[r.config_key] for r in records if r.config_key in now
-        )
+    def inflation(records: list) -> float | None:
+        ratios = [(r.gflops or 0.0) / now[r.config_key] for r in records if r.config_key in now]
+        return statistics.median(ratios) if ratios else None
 
     spreads = [(max(v) - min(v)) / statistics.median(v) for v in figures.values() if len(v) > 1]
     return {
@@ -100,7 +101,7 @@ def measure_sample(
         ),
         "kendall_all": kendall([cache.records[k].gflops for k in now], list(now.values())),
         "median_spread": statistics.median(spreads) if spreads else None,
-        "winners_curse": inflation(top) / inflation(drawn) if drawn else None,
+        "winners_curse": _ratio(inflation(top), inflation(drawn)),
         "configs": [
             {
                 "key": r.config_key,
@@ -152,9 +153,12 @@ def main() -> None:
                 **measure_sample(session, cache, args),
             }
             rows.append(row)
+            if "error" in row:
+                print(f"{row['file']}: {row['error']}")
+                continue
             print(
                 f"{row['file']}: sample best {row['sample_best_gflops']:.1f} re-times at "
-                f"{row['sample_best_retimed_share']:.3f} of the fastest, place "
+                f"{_f(row['sample_best_retimed_share'], '.3f')} of the fastest, place "
                 f"{row['sample_best_retimed_place']}; {row['top_within_5pct']} of the top "
                 f"{row['top']} within 5 %; tau top {_f(row['kendall_top'])}, all "
                 f"{_f(row['kendall_all'])}; spread {_f(row['median_spread'])}; "
@@ -180,8 +184,12 @@ def main() -> None:
     print(f"wrote {args.out}")
 
 
-def _f(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f}"
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def _f(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
 
 
 if __name__ == "__main__":
