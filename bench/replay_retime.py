@@ -34,6 +34,7 @@ import numpy as np
 
 from autosched.measure.device import select_device
 from autosched.measure.runner import TimingOptions
+from autosched.report.aggregate import kendall_tau
 from autosched.tuning.replay import ReplayCache, load_caches
 from autosched.tuning.runner import DeviceSession
 from bench.choice import retime
@@ -44,13 +45,6 @@ HERE = Path(__file__).resolve().parent
 CACHES = HERE / "replay"
 RESULTS = HERE / "results"
 WITHIN = 0.95  # "as fast": within 5 % of the fastest re-timed config
-
-
-def kendall(a: list[float], b: list[float]) -> float | None:
-    from scipy.stats import kendalltau
-
-    tau = kendalltau(a, b).statistic
-    return float(tau) if np.isfinite(tau) else None
 
 
 def picks(cache: ReplayCache, top: int, random: int, seed: int) -> tuple[list, list]:
@@ -96,10 +90,10 @@ def measure_sample(
         "sample_best_retimed_share": share(best_key),
         "sample_best_retimed_place": order.index(best_key) + 1 if best_key in now else None,
         "top_within_5pct": sum(now[k] >= WITHIN * fastest for k in top_keys),
-        "kendall_top": kendall(
+        "kendall_top": kendall_tau(
             [cache.records[k].gflops for k in top_keys], [now[k] for k in top_keys]
         ),
-        "kendall_all": kendall([cache.records[k].gflops for k in now], list(now.values())),
+        "kendall_all": kendall_tau([cache.records[k].gflops for k in now], list(now.values())),
         "median_spread": statistics.median(spreads) if spreads else None,
         "winners_curse": _ratio(inflation(top), inflation(drawn)),
         "configs": [

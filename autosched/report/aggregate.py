@@ -99,7 +99,9 @@ def split_final(records: Sequence[Record]) -> list[bool]:
     return final
 
 
-def _kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
+def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Kendall's tau of ``a`` against ``b``; None where it says nothing (fewer than three
+    values, or either constant)."""
     if len(a) < 3:
         return None
     from scipy.stats import kendalltau
@@ -209,7 +211,7 @@ def build_section(
                 )
             )
         both = [f for f in finalists if f.search is not None and f.search.gflops]
-        tau = _kendall_tau(
+        tau = kendall_tau(
             [f.search.gflops for f in both if f.search],  # type: ignore[misc]
             [f.final.gflops or 0.0 for f in both],
         )
