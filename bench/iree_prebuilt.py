@@ -29,7 +29,6 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import dataclasses
-import gzip
 import json
 import pickle
 import sys
@@ -273,9 +272,9 @@ def cmd_measure(args: argparse.Namespace) -> None:
         )
     db.close()
     Path(args.summary).write_text(json.dumps(rows, indent=1))
-    if args.export:
-        with gzip.open(args.export, "wt") as f:
-            export_jsonl(SQLiteDatabase(args.db), f)
+    if args.export:  # gzip where the name ends .gz
+        with SQLiteDatabase(args.db) as done:
+            export_jsonl(done, args.export)
 
 
 def main() -> None:

@@ -18,9 +18,7 @@ The working databases live in ``bench/replay/work/`` (not committed).
 from __future__ import annotations
 
 import argparse
-import gzip
 import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -102,16 +100,13 @@ def main(argv: list[str] | None = None) -> int:
         if after > before and took > 60:
             rate_file.write_text(f"{(after - before) / took:.3f}\n")
         print(f"{args.name}: {before} -> {after} configs in {took:.0f} s")
-    out = CACHES / f"{args.name}-{target}-{args.tag}.jsonl"
+    out = CACHES / f"{args.name}-{target}-{args.tag}.jsonl.gz"  # export gzips a .gz path
     subprocess.run(
         [*AUTOSCHED, "records", "export", "--db", str(db), "--op", op, "-o", str(out)],
         check=True,
     )
-    with out.open("rb") as src, gzip.GzipFile(f"{out}.gz", "wb", mtime=0) as dst:
-        shutil.copyfileobj(src, dst)
-    out.unlink()
     done = measured(db)
-    print(f"{args.name}: {done}/{wanted} configs; wrote {out}.gz")
+    print(f"{args.name}: {done}/{wanted} configs; wrote {out}")
     return 0 if done >= wanted else 3
 
 

@@ -4,6 +4,7 @@ an SQLite file and a PostgreSQL database; records moved between the two."""
 from __future__ import annotations
 
 import argparse
+import gzip
 import io
 import json
 import math
@@ -83,6 +84,32 @@ def test_export_import_round_trip(full_db: Database, tmp_path: Path) -> None:
         report = import_jsonl(copy, out)
         assert report == ImportReport(added=len(full_db), duplicates=0, errors=())
         assert copy.query() == full_db.query()
+
+
+def test_gzip_export_and_import(full_db: Database, tmp_path: Path) -> None:
+    """A path ending .gz is exported gzip-compressed, the same bytes each time; import
+    tells gzip by its first bytes whatever the name, and a file cut short is refused
+    whole, naming it, with nothing added."""
+    out = tmp_path / "records.jsonl.gz"
+    assert export_jsonl(full_db, out) == len(full_db)
+    packed = out.read_bytes()
+    assert packed[:2] == b"\x1f\x8b"
+    assert len(gzip.decompress(packed).decode().splitlines()) == len(full_db)
+    again = tmp_path / "again.jsonl.gz"
+    export_jsonl(full_db, again)
+    assert again.read_bytes() == packed  # no time stamp in the header
+    renamed = tmp_path / "records.jsonl"  # gzip data under a plain name
+    renamed.write_bytes(packed)
+    for source in (out, renamed):
+        with SQLiteDatabase(tmp_path / f"{source.name}.db") as copy:
+            assert import_jsonl(copy, source) == ImportReport(len(full_db), 0, ())
+            assert copy.query() == full_db.query()
+    cut = tmp_path / "cut.jsonl.gz"
+    cut.write_bytes(packed[: len(packed) // 2])
+    with SQLiteDatabase(tmp_path / "cut.db") as copy:
+        with pytest.raises(InvalidInputError, match=r"cut\.jsonl\.gz is gzip data cut short"):
+            import_jsonl(copy, cut)
+        assert len(copy) == 0
 
 
 def test_measurement_times_travel_through_files_and_stay_out_when_unset(
@@ -431,3 +458,31 @@ def test_cli_import_of_a_file_with_bad_lines_end_to_end(tmp_path: Path) -> None:
     assert again.stderr == first.stderr
     with SQLiteDatabase(db, create=False) as store:
         assert store.query() == good
+
+
+def test_cli_gzip_records_end_to_end(tmp_path: Path) -> None:
+    """In its own processes: ``export -o F.jsonl.gz`` writes gzip that ``import`` reads
+    back; a copy cut short is one line on stderr, exit status 2, and no record."""
+    src, dst, cut_db = tmp_path / "src.db", tmp_path / "dst.db", tmp_path / "cut.db"
+    with SQLiteDatabase(src) as database:
+        database.add(sample_records())
+    out, cut = tmp_path / "all.jsonl.gz", tmp_path / "cut.jsonl.gz"
+
+    def cli(*argv: str | Path) -> subprocess.CompletedProcess[str]:
+        env = dict(os.environ, XDG_DATA_HOME=str(tmp_path / "xdg"))
+        return subprocess.run(
+            [sys.executable, "-m", "autosched", "records", *map(str, argv)],
+            capture_output=True, text=True, timeout=120, env=env,
+        )  # fmt: skip
+
+    assert cli("export", "--db", src, "-o", out).returncode == 0
+    done = cli("import", "--db", dst, out)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == f"added {len(sample_records())}, duplicates 0, rejected 0"
+    cut.write_bytes(out.read_bytes()[:-40])
+    failed = cli("import", "--db", cut_db, cut)
+    assert failed.returncode == 2
+    assert failed.stderr.strip().count("\n") == 0 and "Traceback" not in failed.stderr
+    assert "is gzip data cut short or corrupt" in failed.stderr
+    with SQLiteDatabase(cut_db) as database:
+        assert len(database) == 0

@@ -1,7 +1,9 @@
 """Records as files: JSON Lines export and import, merging, summaries and pruning.
 
-Export writes one :meth:`Record.to_json` per line as canonical JSON; import reads it
-back, keeps every good line and reports each bad one by line number. Because the
+Export writes one :meth:`Record.to_json` per line as canonical JSON (gzip-compressed
+to a path ending ``.gz``, as replay samples and farm exports are kept); import reads it
+back, plain or gzip (told by the file's first bytes, whatever its name), keeps every
+good line and reports each bad one by line number. Because the
 database ignores duplicate records, importing or merging the same data twice adds
 nothing the second time.
 
@@ -13,12 +15,15 @@ the PostgreSQL database have).
 from __future__ import annotations
 
 import dataclasses
+import gzip
+import io
 import json
 import logging
 import math
 import os
 import sys
 import tempfile
+import zlib
 from collections import defaultdict
 from collections.abc import Iterable, Iterator, Sequence, Sized
 from dataclasses import dataclass
@@ -37,6 +42,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 PathLike = str | os.PathLike[str]
+
+GZIP_MAGIC = b"\x1f\x8b"  # the first two bytes of every gzip file
 
 # Fields a JSON line must carry, and every field it may carry.
 _REQUIRED = tuple(
@@ -119,9 +126,16 @@ def _add(db: Database, records: Sequence[Record]) -> tuple[int, int]:
 
 
 def write_atomically(
-    out: str | os.PathLike[str], chunks: Iterable[str], *, what: str, hint: str
+    out: str | os.PathLike[str],
+    chunks: Iterable[str],
+    *,
+    what: str,
+    hint: str,
+    compress: bool = False,
 ) -> Path:
-    """Write ``chunks`` to ``out`` through a temporary file renamed into place.
+    """Write ``chunks`` to ``out`` through a temporary file renamed into place
+    (gzip-compressed with ``compress``, with no time stamp in its header, so the same
+    text gives the same bytes).
 
     A reader never sees half a file, and a failed write leaves no temporary behind.
     The file gets the usual 0644 permissions (``mkstemp`` would leave 0600).
@@ -134,8 +148,12 @@ def write_atomically(
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-                handle.writelines(chunks)
+            with os.fdopen(fd, "wb") as raw:
+                target: Any = raw
+                if compress:
+                    target = gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0)
+                with io.TextIOWrapper(target, encoding="utf-8", newline="\n") as handle:
+                    handle.writelines(chunks)
             os.chmod(tmp, 0o644)
             os.replace(tmp, path)
         except BaseException:
@@ -160,7 +178,7 @@ def export_jsonl(
     """Write the matching records as JSON Lines, in insertion order; return how many.
 
     A path is written to a temporary file next to it and renamed into place, so a
-    reader never sees half a file.
+    reader never sees half a file; a path ending ``.gz`` is written gzip-compressed.
 
     Raises:
         InvalidInputError: a filter value is not valid.
@@ -172,7 +190,13 @@ def export_jsonl(
         for line in lines:
             out.write(line)
         return len(records)
-    path = write_atomically(out, lines, what="records file", hint="pass a writable output path")
+    path = write_atomically(
+        out,
+        lines,
+        what="records file",
+        hint="pass a writable output path",
+        compress=Path(out).suffix == ".gz",
+    )
     logger.info("exported %d records to %s", len(records), path)
     return len(records)
 
@@ -194,13 +218,28 @@ def _numbered_lines(source: TextIO | PathLike) -> Iterator[tuple[int, str | None
         reason = (exc.strerror or str(exc)).lower()
         raise RecordsError(f"cannot read records file {path}: {reason}") from None
     with handle:
-        for number, raw in enumerate(handle, start=1):
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError:
-                yield number, None
-                continue
-            yield number, text.lstrip("\ufeff") if number == 1 else text
+        if handle.peek(len(GZIP_MAGIC))[: len(GZIP_MAGIC)] != GZIP_MAGIC:
+            yield from _decoded(handle)
+            return
+        number = 0
+        try:
+            for number, text in _decoded(gzip.GzipFile(fileobj=handle, mode="rb")):
+                yield number, text
+        except (EOFError, OSError, zlib.error):  # cut short, or not gzip past its magic
+            raise InvalidInputError(
+                f"records file {path} is gzip data cut short or corrupt ({number} lines read); "
+                "nothing was imported from it: pass the whole file as export wrote it"
+            ) from None
+
+
+def _decoded(lines: Iterable[bytes]) -> Iterator[tuple[int, str | None]]:
+    for number, raw in enumerate(lines, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            yield number, None
+            continue
+        yield number, text.lstrip("\ufeff") if number == 1 else text
 
 
 def parse_line(text: str) -> Record:
@@ -246,14 +285,15 @@ def _too_large(value: Any) -> bool:
 
 
 def import_jsonl(db: Database, source: TextIO | PathLike) -> ImportReport:
-    """Add the records of a JSON Lines file (or open text stream) to ``db``.
+    """Add the records of a JSON Lines file, plain or gzip, (or open text stream) to ``db``.
 
     Good lines are added in one transaction; bad lines (not JSON, missing or unknown
     fields, another format_version, an unknown status, values that cannot be stored)
     are skipped and reported with their line number. Blank lines are ignored.
 
     Raises:
-        InvalidInputError: the file does not exist.
+        InvalidInputError: the file does not exist, or is gzip data cut short or
+            corrupt (then nothing of it is added).
         RecordsError: the file cannot be read or the database cannot be written.
     """
     records: list[Record] = []
