@@ -343,6 +343,14 @@ def _params_text(workload: dict[str, Any]) -> str:
     return canonical_json(params)
 
 
+def _device_label(device: dict[str, Any]) -> str:
+    """A fingerprint's device name, with the CPU's model where it holds one that the
+    name does not already say (an llvm CPU's ``model_id``, an OpenCL CPU's ``host_cpu``)."""
+    name = str(device.get("name") or device.get("device", ""))
+    model = str(device.get("model_id") or device.get("host_cpu") or "")
+    return f"{name} ({model})" if model and model not in name else name
+
+
 def stats(
     db: Database,
     *,
@@ -352,12 +360,14 @@ def stats(
     target: str | None = None,
     status: str | None = None,
 ) -> pandas.DataFrame:
-    """Summary table: one row per (op, workload_key, target, device name).
+    """Summary table: one row per (op, workload_key, target, device family).
 
     Columns: :data:`STATS_COLUMNS` -- ``params`` (the shapes, ``K=64,M=64,...``),
-    ``n`` records, a count per status, ``best_gflops`` and ``best_latency_s`` among ok
-    records (NaN when none). Records of one device name with different drivers share a
-    row. Rows are sorted by op, workload_key, target, device.
+    ``device`` (its name, and the CPU's model where the fingerprint holds it), ``n``
+    records, a count per status, ``best_gflops`` and ``best_latency_s`` among ok records
+    (NaN when none). Records of one device under different drivers share a row; two
+    CPUs of one name (a cloud VM names a Zen 4 and a Zen 5 both ``AMD EPYC``) do not.
+    Rows are sorted by op, workload_key, target, device.
     """
     records = db.query(**_filters(op, device_key, device_family, target, status))
     groups: dict[tuple[str, str, str, str], dict[str, Any]] = {}
@@ -365,15 +375,11 @@ def stats(
         lambda: dict.fromkeys(STATUSES, 0)
     )
     for record in records:
-        key = (
-            record.op,
-            record.workload_key,
-            record.target,
-            str(record.device.get("name") or record.device.get("device", "")),
-        )
+        key = (record.op, record.workload_key, record.target, record.device_family)
         row = groups.setdefault(
             key,
             {
+                "device": _device_label(record.device),
                 "params": _params_text(record.workload),
                 "best_gflops": math.nan,
                 "best_latency_s": math.nan,
@@ -386,15 +392,15 @@ def stats(
             if record.latency_s is not None and not record.latency_s >= row["best_latency_s"]:
                 row["best_latency_s"] = float(record.latency_s)
     rows = []
-    for key in sorted(groups):
-        op_, workload_key, target_, device = key
+    for key in sorted(groups, key=lambda k: (*k[:3], groups[k]["device"], k[3])):
+        op_, workload_key, target_, _family = key
         rows.append(
             {
                 "op": op_,
                 "workload_key": workload_key,
                 "params": groups[key]["params"],
                 "target": target_,
-                "device": device,
+                "device": groups[key]["device"],
                 "n": sum(counts[key].values()),
                 **counts[key],
                 "best_gflops": groups[key]["best_gflops"],
