@@ -353,3 +353,20 @@ def test_report_renders_in_headless_chromium(tuned, tmp_path):
     # The charts drew: the runs' blue lines and markers are there.
     blue = chart_blue(image)
     assert blue > 500, blue
+
+
+def test_two_cpus_of_one_name_get_sections_told_apart(tmp_path):
+    """A cloud VM names a Zen 4 and a Zen 5 both "AMD EPYC": their sections' titles
+    name each CPU's model (the llvm softmax samples of bench/replay, 40 records each)."""
+    from autosched.tuning.replay import read_records
+
+    replay = Path(__file__).parent.parent / "bench" / "replay"
+    db = tmp_path / "r.db"
+    with SQLiteDatabase(db) as store:
+        for tag in ("zen4", "zen5"):
+            store.add(read_records(replay / f"softmax-1536x128-llvm-{tag}.jsonl.gz")[:40])
+    titles = re.findall(r"<h2>([^<]*)</h2>", build_report(db, vendor_gflops=1.0))
+    assert sorted(titles) == [
+        f"softmax rows=1536, cols=128 on AMD EPYC (AuthenticAMD family {m}) (llvm)"
+        for m in ("25 model 17", "26 model 2")
+    ]

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from autosched.errors import InvalidInputError, RecordsError
 from autosched.records.base import Database
 from autosched.records.opener import open_database
-from autosched.records.record import STATUSES, Record, canonical_json
+from autosched.records.record import STATUSES, Record, canonical_json, device_label
 from autosched.records.rows import check_record
 
 if TYPE_CHECKING:
@@ -343,14 +343,6 @@ def _params_text(workload: dict[str, Any]) -> str:
     return canonical_json(params)
 
 
-def _device_label(device: dict[str, Any]) -> str:
-    """A fingerprint's device name, with the CPU's model where it holds one that the
-    name does not already say (an llvm CPU's ``model_id``, an OpenCL CPU's ``host_cpu``)."""
-    name = str(device.get("name") or device.get("device", ""))
-    model = str(device.get("model_id") or device.get("host_cpu") or "")
-    return f"{name} ({model})" if model and model not in name else name
-
-
 def stats(
     db: Database,
     *,
@@ -379,7 +371,7 @@ def stats(
         row = groups.setdefault(
             key,
             {
-                "device": _device_label(record.device),
+                "device": device_label(record.device),
                 "params": _params_text(record.workload),
                 "best_gflops": math.nan,
                 "best_latency_s": math.nan,

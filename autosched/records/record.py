@@ -140,3 +140,12 @@ class Record:
         if data.get("status") not in STATUSES:
             raise ValueError(f"status {data.get('status')!r} is not one of {', '.join(STATUSES)}")
         return cls(**data)
+
+
+def device_label(device: dict[str, Any], default: str = "") -> str:
+    """A fingerprint's device name, with the CPU's model where it holds one that the name
+    does not already say (an llvm CPU's ``model_id``, an OpenCL CPU's ``host_cpu``): a
+    cloud VM names a Zen 4 and a Zen 5 both ``AMD EPYC``."""
+    name = str(device.get("name") or device.get("device") or default)
+    model = str(device.get("model_id") or device.get("host_cpu") or "")
+    return f"{name} ({model})" if model and model not in name else name

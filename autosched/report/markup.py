@@ -9,6 +9,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from autosched.records.record import device_label
+
 if TYPE_CHECKING:
     from autosched.report.sections import Section
 
@@ -168,4 +170,5 @@ def title(s: Section) -> str:
     defaults = OPS[s.op].defaults if s.op in OPS else {}
     shown = [f"{k}={v}" for k, v in option_params(s.workload) if defaults.get(k) != v]
     extra = f" ({', '.join(shown)})" if shown else ""
-    return f"{s.op} {shape_text(s.workload)}{extra} on {s.device.get('name', s.device_key)} ({s.target})"
+    device = device_label(s.device, default=s.device_key)
+    return f"{s.op} {shape_text(s.workload)}{extra} on {device} ({s.target})"
