@@ -22,6 +22,7 @@ import pytest
 
 from autosched.records import open_database
 from autosched.records.choice import chosen
+from autosched.records.record import device_label
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.tuning.control import MIN_NEW
 from tests.browser import chart_blue, screenshot
@@ -175,7 +176,11 @@ def test_a_local_job_tops_up_every_task_on_every_device_kind_and_resumes(tmp_pat
     job.write_text(JOB.format(trials=12))
     status = _cli("job", "status", str(job), "--db", str(db), "--json")
     assert status.returncode == 0, status.stderr
-    assert sorted((r["done"], r["left"]) for r in json.loads(status.stdout)) == [(8, 4)] * 3
+    rows = json.loads(status.stdout)
+    assert sorted((r["done"], r["left"]) for r in rows) == [(8, 4)] * 3
+    with SQLiteDatabase(db, create=False) as store:  # the device named as stats names it
+        fingerprints = {r.device_key: r.device for r in store.query()}
+    assert all(r["device"] == device_label(fingerprints[r["device_key"]]) for r in rows)
     more = _cli("job", "run", str(job), "--db", str(db))
     assert more.returncode == 0, more.stderr[-3000:]
     assert "12 trials measured" in more.stdout

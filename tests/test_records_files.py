@@ -279,7 +279,7 @@ def test_stats_keeps_two_cpus_of_one_name_apart(db: Database) -> None:
     zen4, zen5 = "AuthenticAMD family 25 model 17", "AuthenticAMD family 26 model 2"
     db.add([on(zen4, 0, 2e-3), on(zen4, 1, 3e-3, driver="3.2"), on(zen5, 2, 1e-3)])
     table = stats(db)
-    assert list(table.device) == [f"AMD EPYC ({zen4})", f"AMD EPYC ({zen5})"]
+    assert list(table.device) == ["AMD EPYC (family 25 model 17)", "AMD EPYC (family 26 model 2)"]
     assert list(table.n) == [2, 1]
     assert list(table.best_latency_s) == pytest.approx([2e-3, 1e-3])
 

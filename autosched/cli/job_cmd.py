@@ -15,6 +15,7 @@ from pathlib import Path
 
 from autosched.cli.shared import check_writable
 from autosched.errors import InvalidInputError
+from autosched.records.record import device_label
 from autosched.space.space import ALL_TARGETS
 
 
@@ -292,7 +293,7 @@ def cmd_job_status(args: argparse.Namespace) -> int:
             for key, recs in kinds.items():
                 done = len({r.config_key for r in recs})
                 best = max((r.gflops or 0.0 for r in recs if r.ok), default=None)
-                rows.append((task, key, recs[0].device.get("name", key), done, best))
+                rows.append((task, key, device_label(recs[0].device, key), done, best))
     finally:
         db.close()
     out = [

@@ -144,8 +144,11 @@ class Record:
 
 def device_label(device: dict[str, Any], default: str = "") -> str:
     """A fingerprint's device name, with the CPU's model where it holds one that the name
-    does not already say (an llvm CPU's ``model_id``, an OpenCL CPU's ``host_cpu``): a
-    cloud VM names a Zen 4 and a Zen 5 both ``AMD EPYC``."""
+    does not already say (an llvm CPU's ``model_id``, an OpenCL CPU's ``host_cpu``), e.g.
+    ``AMD EPYC (family 26 model 2)``: a cloud VM names a Zen 4 and a Zen 5 both
+    ``AMD EPYC``."""
     name = str(device.get("name") or device.get("device") or default)
     model = str(device.get("model_id") or device.get("host_cpu") or "")
+    for vendor in ("AuthenticAMD ", "GenuineIntel "):  # the name says whose it is
+        model = model.removeprefix(vendor)
     return f"{name} ({model})" if model and model not in name else name
