@@ -202,8 +202,14 @@ def export_jsonl(
 
 
 # -- import ------------------------------------------------------------------------------
-def _numbered_lines(source: TextIO | PathLike) -> Iterator[tuple[int, str | None]]:
-    """(line number, text) pairs; text is None for a line that is not UTF-8."""
+def numbered_lines(source: TextIO | PathLike) -> Iterator[tuple[int, str | None]]:
+    """(line number, text) pairs of a records file (plain or gzip, told by its first
+    bytes) or open text stream; text is None for a line that is not UTF-8.
+
+    Raises:
+        InvalidInputError: the file does not exist, or is gzip data cut short or corrupt.
+        RecordsError: the file cannot be read.
+    """
     if not isinstance(source, (str, os.PathLike)):
         yield from enumerate(source, start=1)
         return
@@ -298,7 +304,7 @@ def import_jsonl(db: Database, source: TextIO | PathLike) -> ImportReport:
     """
     records: list[Record] = []
     errors: list[tuple[int, str]] = []
-    for number, text in _numbered_lines(source):
+    for number, text in numbered_lines(source):
         if text is None:
             errors.append((number, "not UTF-8 text"))
             continue

@@ -21,8 +21,6 @@ control, a finalist) carries the mean of its readings, not whichever came first.
 from __future__ import annotations
 
 import dataclasses
-import gzip
-import io
 import itertools
 import os
 from collections.abc import Iterable, Sequence
@@ -32,7 +30,7 @@ from typing import Any
 from autosched.errors import AutoschedError, InvalidInputError
 from autosched.ops import Workload, workload_from_json
 from autosched.records.drift import drift_free
-from autosched.records.files import parse_line
+from autosched.records.files import numbered_lines, parse_line
 from autosched.records.record import Record
 from autosched.space.config import Config
 from autosched.space.device import device_limits
@@ -87,15 +85,15 @@ class ReplayCache:
 
 
 def read_records(path: str | os.PathLike[str]) -> list[Record]:
-    """Every record of a JSON Lines file (``.gz`` read as gzip); a bad line raises."""
-    raw = open(path, "rb").read()  # noqa: SIM115 - read whole, small files
-    if raw[:2] == b"\x1f\x8b":
-        raw = gzip.decompress(raw)
+    """Every record of a JSON Lines file, plain or gzip
+    (:func:`autosched.records.files.numbered_lines`); a bad line raises."""
     out = []
-    for number, line in enumerate(io.StringIO(raw.decode("utf-8")), start=1):
-        if not line.strip():
+    for number, line in numbered_lines(path):
+        if line is not None and not line.strip():
             continue
         try:
+            if line is None:
+                raise InvalidInputError("not UTF-8 text")
             out.append(parse_line(line))
         except InvalidInputError as exc:
             raise InvalidInputError(f"{os.fspath(path)} line {number}: {exc}") from None
