@@ -340,6 +340,31 @@ def test_convolutions_run_channels_last_with_weights_transposed_at_build_time(ho
         _check_configs(task, host, n=2)
 
 
+class TorchAttention(nn.Module):
+    """PyTorch's own multi-head attention and layer norm: its export squeezes a
+    negative axis, on which TVM 0.27's ConvertLayout fails with std::bad_alloc."""
+
+    def __init__(self, d: int = 24, heads: int = 3) -> None:
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads, batch_first=True)
+        self.ln = nn.LayerNorm(d)
+
+    def forward(self, x):
+        y = self.ln(x)
+        return x + self.attn(y, y, y, need_weights=False)[0]
+
+
+def test_torch_multi_head_attention_becomes_tasks_and_builds_correctly(host):
+    mod, x, module = _relax(TorchAttention(), (1, 7, 24))
+    tasks = extract_tasks(mod, limits=host.limits)
+    families = {t.family for t in tasks}
+    assert "contraction" in families and "rowwise" in families, [t.name for t in tasks]
+    built = autosched.tvm.build(mod, "llvm", db=None, shipped=False)
+    (got,) = built(x)
+    eager = module(torch.from_numpy(x)).detach().numpy()
+    np.testing.assert_allclose(got, eager, rtol=1e-4, atol=1e-4)
+
+
 def test_model_policy_minimum_fits_the_budget(bert, host):
     tasks = extract_tasks(bert[0], limits=host.limits)
     job = model_job(tasks, name="b", target="llvm", trials=12, batch=8)

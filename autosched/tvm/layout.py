@@ -15,7 +15,9 @@ new constants at build time (the FoldConstant that follows in
 model's edges (one per value, however often it is used). An op without a rule keeps
 its layout between a transpose on each side: ``clip`` (relu6, hardtanh, clamp) is one,
 so it is first rewritten as ``maximum`` and ``minimum``, which have rules and fuse into
-the same kernel.
+the same kernel. ConvertLayout also fails (``std::bad_alloc`` in TVM 0.27) on a
+``squeeze`` with a negative axis, as PyTorch's multi-head attention exports, so those
+axes are first written as non-negative.
 """
 
 from __future__ import annotations
@@ -26,16 +28,20 @@ from typing import Any
 DESIRED = {"relax.nn.conv2d": ["NHWC", "HWIO"]}
 
 
-def _clip_to_min_max(mod: Any) -> Any:
+def _rewrite_for_layout(mod: Any) -> Any:
+    """``clip`` as ``maximum``/``minimum``; ``squeeze`` axes non-negative."""
     import tvm
     from tvm import relax
 
     clip = tvm.ir.Op.get("relax.clip")
+    squeeze = tvm.ir.Op.get("relax.squeeze")
 
     @relax.expr_functor.mutator
     class Rewrite(relax.PyExprMutator):
         def visit_call_(self, call):  # noqa: N802 (TVM's visitor name)
             call = super().visit_call_(call)
+            if call.op == squeeze:
+                return _squeeze_axes_non_negative(call)
             if call.op != clip or len(call.args) != 3:
                 return call
             x, lo, hi = call.args
@@ -58,12 +64,22 @@ def _clip_to_min_max(mod: Any) -> Any:
     return relax.transform.Normalize()(rewritten)
 
 
+def _squeeze_axes_non_negative(call: Any) -> Any:
+    from tvm import relax
+
+    axes = call.attrs.axis
+    ndim = getattr(call.args[0].ty, "ndim", -1)
+    if axes is None or ndim < 0 or all(int(a) >= 0 for a in axes):
+        return call
+    return relax.op.squeeze(call.args[0], [int(a) % ndim for a in axes])
+
+
 def channels_last(mod: Any) -> Any:
     """``mod`` with every ``relax.nn.conv2d`` in NHWC with an HWIO weight (and ``clip``
     as ``maximum``/``minimum``, so that it follows); the values it returns are
     unchanged."""
     from tvm import relax
 
-    mod = relax.transform.ConvertLayout(DESIRED)(_clip_to_min_max(mod))
+    mod = relax.transform.ConvertLayout(DESIRED)(_rewrite_for_layout(mod))
     # ConvertLayout transposes a value once per use (a residual's input is used twice).
     return relax.transform.EliminateCommonSubexpr()(mod)
