@@ -117,6 +117,34 @@ def test_saved_export_program_matches_torch_eager(tmp_path):
         load_model(str(path), inputs={"x": (1, 8, 64)})
 
 
+def test_a_negative_index_reads_what_torch_reads(tmp_path):
+    """``x[:, -1]`` (a recurrent layer's last step, a classifier's last token): TVM's
+    torch frontend takes index -1 in a mode that does not wrap it, and the build read
+    memory before the tensor; the import writes it as the extent minus one."""
+    source = tmp_path / "last_step.py"
+    source.write_text(
+        textwrap.dedent(
+            """
+            import torch
+
+            class LastStep(torch.nn.Module):
+                def __init__(self):
+                    super().__init__()
+                    self.gru = torch.nn.GRU(12, 16, batch_first=True)
+                    self.head = torch.nn.Linear(16, 4)
+
+                def forward(self, x):
+                    return self.head(self.gru(x)[0][:, -1]) + x[:, -2, :4]
+
+            def make():
+                torch.manual_seed(0)
+                return LastStep().eval(), (torch.randn(2, 9, 12),)
+            """
+        )
+    )
+    assert_matches_reference(load_model(f"{source}:make"))
+
+
 # -- input shapes ---------------------------------------------------------------------
 
 

@@ -162,12 +162,15 @@ def check_overrides(
 
 
 def prepare(mod: IRModule) -> IRModule:
-    """Fold batch-norm into convolutions, then decompose what is left for inference."""
+    """Fold batch-norm into convolutions, write constant negative indices as
+    non-negative (:mod:`autosched.models.negative_index`), then decompose what is left
+    for inference."""
     from tvm import relax
 
     from autosched.models.fold_batch_norm import fold_batch_norm
+    from autosched.models.negative_index import wrap_negative_indices
 
-    mod = fold_batch_norm(mod)
+    mod = wrap_negative_indices(fold_batch_norm(mod))
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.CanonicalizeBindings()(mod)
     return relax.transform.DeadCodeElimination(["main"])(mod)
