@@ -68,7 +68,11 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     tune.add_argument("--report", metavar="F.html", help="write the job's HTML report")
     tune.set_defaults(func=cmd_model_tune)
 
-    build = sub.add_parser("build", help="build the model with the records as a TVM library")
+    build = sub.add_parser(
+        "build",
+        help="build the model with the records as a TVM library (llvm: checked against the "
+        "model's framework on its example inputs)",
+    )
     _model_arg(build)
     build.add_argument("--target", choices=TARGETS, default="llvm")
     build.add_argument("--db", required=True, help="records database")
@@ -322,6 +326,28 @@ def cmd_model_build(args: argparse.Namespace) -> int:
         raise InvalidInputError(f"cannot write -o {args.output}: {exc}") from None
     tuned = sum(1 for a in built.applied if a.record_id is not None)
     print(f"{args.output}: {len(built.applied)} functions scheduled, {tuned} from records")
+    return _check_build(model, built) if args.target == "llvm" else 0
+
+
+def _check_build(model, built) -> int:
+    """Run the llvm build once on the model's example inputs against its own framework
+    (a frontend's silent mistranslation shows here, not in a compiler build later): 0
+    when the outputs agree within :data:`TOLERANCE` of their largest magnitude, else 1
+    with one line saying by how much."""
+    import numpy as np
+
+    from autosched.models.latency import max_error, tvm_runner
+
+    arrays = model.example_inputs(np.random.default_rng(0))
+    err = max_error(tvm_runner(built.executable, model, arrays)(), model.reference(arrays))
+    if err > TOLERANCE:
+        print(
+            f"autosched: error: the build's outputs differ from {model.framework}'s by "
+            f"{err:.3g} of their largest magnitude on the example inputs; do not use it",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"checked on the example inputs: matches {model.framework} (error {err:.1e})")
     return 0
 
 
