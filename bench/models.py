@@ -1,11 +1,13 @@
 """Benchmark: end-to-end latency of whole models, batch 1, on the host CPU.
 
-    flock /tmp/autosched-cpu.lock python bench/models.py --model resnet18|bert|gpt2|all
+    flock /tmp/autosched-cpu.lock python bench/models.py --model resnet18|bert|gpt2|vit|all
 
 Models (autosched/models/zoo.py, random weights, seed 0): a hand-written ResNet-18
 (1x3x224x224), a BERT-base encoder layer (seq 128) and a GPT-2 decoder block with a
-causal mask (seq 128). Each is imported with ``autosched.models.load_model`` (the
-``zoo.py:factory`` path, torch.export -> Relax) and run by:
+causal mask (seq 128), written out, and a ViT-S/16 of PyTorch's own modules
+(``nn.TransformerEncoder``, 1x3x224x224). Each is imported with
+``autosched.models.load_model`` (the ``zoo.py:factory`` path, torch.export -> Relax) and
+run by:
 
 - TVM untuned: ``tvm.compile`` of the imported module for this CPU, no records;
 - autosched / MetaSchedule after N trials per task: the ``TUNED`` hooks below, each a
@@ -59,6 +61,7 @@ MODELS = {
     "resnet18": ("resnet18", "tiny_resnet18"),
     "bert": ("bert_layer", "tiny_bert_layer"),
     "gpt2": ("gpt2_block", "tiny_gpt2_block"),
+    "vit": ("vit", "tiny_vit"),
 }
 TRIALS = (16, 32, 64)
 

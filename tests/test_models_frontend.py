@@ -51,7 +51,7 @@ def batch_norm_arithmetic(model) -> int:
 def onnx_files(tmp_path_factory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("onnx")
     files = {}
-    for name in ("tiny_resnet18", "tiny_bert_layer", "tiny_gpt2_block"):
+    for name in ("tiny_resnet18", "tiny_bert_layer", "tiny_gpt2_block", "tiny_vit"):
         module, example = getattr(zoo, name)()
         files[name] = zoo.export_onnx(module, example, folder / f"{name}.onnx")
     return files
@@ -60,7 +60,9 @@ def onnx_files(tmp_path_factory) -> dict[str, Path]:
 # -- imports that match their framework ------------------------------------------------
 
 
-@pytest.mark.parametrize("factory", ["tiny_resnet18", "tiny_bert_layer", "tiny_gpt2_block"])
+@pytest.mark.parametrize(
+    "factory", ["tiny_resnet18", "tiny_bert_layer", "tiny_gpt2_block", "tiny_vit"]
+)
 def test_torch_factory_matches_torch_eager(factory):
     model = load_model(f"{ZOO}:{factory}")
     assert model.framework == "torch" and model.name == factory
@@ -72,7 +74,9 @@ def test_torch_factory_matches_torch_eager(factory):
         assert count_ops(model.mod, "relax.nn.conv2d") == 20
 
 
-@pytest.mark.parametrize("name", ["tiny_resnet18", "tiny_bert_layer", "tiny_gpt2_block"])
+@pytest.mark.parametrize(
+    "name", ["tiny_resnet18", "tiny_bert_layer", "tiny_gpt2_block", "tiny_vit"]
+)
 def test_onnx_file_matches_onnxruntime(onnx_files, name):
     model = load_model(str(onnx_files[name]))
     assert model.framework == "onnx" and model.name == name

@@ -199,17 +199,25 @@ def export_onnx(module: Any, example: tuple[Any, ...], target: Any) -> None:
     torch 2.13's default (dynamo) exporter needs onnxscript, which the ``models`` extra
     does not bring; the TorchScript one works offline. Inputs are named ``input0``, ...,
     outputs ``output0``, ...; eval-mode batch-norm after a convolution is folded by it.
+    PyTorch's fused fast path of ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention``
+    (``aten::_transformer_encoder_layer_fwd``, taken in eval mode) has no ONNX form, so it
+    is turned off while exporting: the layers export as the ops they compute.
     """
     import torch
 
-    with torch.no_grad():
-        outputs = module(*example)
-        count = len(outputs) if isinstance(outputs, tuple | list) else 1
-        torch.onnx.export(
-            module, example, target, dynamo=False, opset_version=17,
-            input_names=[f"input{i}" for i in range(len(example))],
-            output_names=[f"output{i}" for i in range(count)],
-        )  # fmt: skip
+    fastpath = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)
+    try:
+        with torch.no_grad():
+            outputs = module(*example)
+            count = len(outputs) if isinstance(outputs, tuple | list) else 1
+            torch.onnx.export(
+                module, example, target, dynamo=False, opset_version=17,
+                input_names=[f"input{i}" for i in range(len(example))],
+                output_names=[f"output{i}" for i in range(count)],
+            )  # fmt: skip
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fastpath)
 
 
 def _check_ops(program: Any, source: str) -> None:

@@ -7,6 +7,10 @@ contract of :func:`autosched.models.load_model`, so this file is itself a factor
 - :func:`build_resnet18`: ResNet-18 written out (BasicBlocks, batch-norm), 1x3x224x224.
 - :func:`build_bert_layer`: a BERT-base encoder layer (post-LN, erf GELU), seq 128.
 - :func:`build_gpt2_block`: a GPT-2 decoder block (pre-LN, causal mask, tanh GELU), seq 128.
+- :func:`build_vit`: a ViT-S/16 made of PyTorch's own modules (``nn.TransformerEncoder``,
+  ``nn.MultiheadAttention``): a 16x16 stride-16 patch convolution, a class token, 12
+  pre-LN encoder layers, 1x3x224x224. Library modules export differently from the
+  hand-written attention above (a negative ``squeeze``, a fused in-projection).
 
 This module imports torch at the top: import it only where torch is wanted.
 """
@@ -123,6 +127,36 @@ class Gpt2Block(nn.Module):
         return x + self.down(F.gelu(self.up(self.ln2(x)), approximate="tanh"))
 
 
+class ViT(nn.Module):
+    """A vision transformer of PyTorch's own modules; the head reads the class token."""
+
+    def __init__(
+        self, *, image: int, patch: int, hidden: int, heads: int, depth: int, classes: int
+    ) -> None:
+        super().__init__()
+        self.patch = nn.Conv2d(3, hidden, patch, stride=patch)
+        tokens = (image // patch) ** 2 + 1
+        self.cls = nn.Parameter(torch.randn(1, 1, hidden) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, tokens, hidden) * 0.02)
+        layer = nn.TransformerEncoderLayer(
+            hidden,
+            heads,
+            4 * hidden,
+            dropout=0.0,
+            activation="gelu",
+            batch_first=True,
+            norm_first=True,
+        )
+        self.encoder = nn.TransformerEncoder(layer, depth, enable_nested_tensor=False)
+        self.norm = nn.LayerNorm(hidden)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.patch(x).flatten(2).transpose(1, 2)
+        y = torch.cat([self.cls.expand(y.shape[0], -1, -1), y], 1) + self.pos
+        return self.head(self.norm(self.encoder(y))[:, 0])
+
+
 def _randomise_norms(module: nn.Module, gen: torch.Generator) -> None:
     """Give batch-norm statistics and affine parameters non-trivial values, so folding them
     is tested (fresh ones are the identity)."""
@@ -173,6 +207,24 @@ def build_gpt2_block(
     return model.eval(), (torch.randn(batch, seq, hidden, generator=gen),)
 
 
+def build_vit(
+    *,
+    seed: int,
+    image: int = 224,
+    patch: int = 16,
+    hidden: int = 384,
+    heads: int = 6,
+    depth: int = 12,
+    classes: int = 1000,
+    batch: int = 1,
+) -> Built:
+    """A ViT(-S/16 by default) with random weights; input ``batch x 3 x image x image``."""
+    torch.manual_seed(seed)
+    model = ViT(image=image, patch=patch, hidden=hidden, heads=heads, depth=depth, classes=classes)
+    gen = torch.Generator().manual_seed(seed)
+    return model.eval(), (torch.randn(batch, 3, image, image, generator=gen),)
+
+
 # Factories (``zoo.py:NAME``): the benchmark's sizes and tiny ones for tests.
 def resnet18() -> Built:
     return build_resnet18(seed=0)
@@ -196,6 +248,14 @@ def tiny_bert_layer() -> Built:
 
 def tiny_gpt2_block() -> Built:
     return build_gpt2_block(seed=0, hidden=64, heads=4, seq=16)
+
+
+def vit() -> Built:
+    return build_vit(seed=0)
+
+
+def tiny_vit() -> Built:
+    return build_vit(seed=0, image=32, patch=8, hidden=64, heads=4, depth=2, classes=10)
 
 
 def export_onnx(module: nn.Module, example: tuple[torch.Tensor, ...], path: str | Path) -> Path:
