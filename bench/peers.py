@@ -15,17 +15,19 @@ Tuners (``--tuners`` picks a subset; every one gets the same trial budget and se
   with its own runner, and on OpenCL through autosched's pyopencl measurement worker.
 
 The vendor library (``autosched.report.vendor``'s numpy baseline: OpenBLAS sgemm for
-matmul, im2col + sgemm for conv2d) is timed first, in a separate process. After all runs, every run's best few programs are timed again by one
-harness (autosched's measurement worker: blocking waits, the same warm-up and repeats),
-interleaved round-robin with the vendor library, so no comparison is decided by a tool's
-own stopwatch (Kernel Tuner's busy-polling loop reads 20-45% slow on a CPU device). A
-program's re-timed figure is its best round's median: a neighbour on a shared machine
-only ever slows a kernel down.
+matmul, im2col + sgemm for conv2d) is timed first, in a separate process. After all
+runs, every run's best few programs, and the program its own best-so-far stood on after
+16 and 32 trials, are timed again by one harness (autosched's measurement worker:
+blocking waits, the same warm-up and repeats), interleaved round-robin with the vendor
+library, so no comparison is decided by a tool's own stopwatch (Kernel Tuner's
+busy-polling loop reads 20-45% slow on a CPU device). A program's re-timed figure is its
+best round's median: a neighbour on a shared machine only ever slows a kernel down.
 
 Metrics per run: best-so-far GFLOP/s after each trial (the tuner's own measurements),
-best after 16/32/64 trials and at the end, the re-timed best, and trials and wall seconds
-to reach 95% of the best re-timed figure any tuner found (and of the best on the run's
-own target). For those, Kernel Tuner's and MetaSchedule's curves are put on the shared
+best after 16/32/64 trials and at the end, the re-timed best after 16 and 32 trials
+(``re@N``: the best re-timed finalist the run had measured by then) and at the end, and
+trials and wall seconds to reach 95% of the best re-timed figure any tuner found (and of
+the best on the run's own target). For those, Kernel Tuner's and MetaSchedule's curves are put on the shared
 harness's scale: times the median re-timed/own ratio of that tool's finalists on that
 target (Kernel Tuner's busy-polling loop reads ~25% slow here, MetaSchedule's llvm
 runner about 2x slow); autosched's curves come from the shared harness already.
@@ -65,11 +67,22 @@ from bench.peers_runs import (
     run_kernel_tuner,
     run_metaschedule,
 )
-from bench.peers_summary import add_same_target_t95, rescale_rows, summarize, table
+from bench.peers_summary import (
+    add_retimed_at,
+    add_same_target_t95,
+    rescale_rows,
+    summarize,
+    table,
+)
 
 log = logging.getLogger(__name__)
 
 RESULTS = Path(__file__).parent / "results"
+RETIMED_AT_NOTE = (
+    "retimed_at_N (re@N): the best retimed_gflops among the run's finalists it had measured "
+    "by trial N; the finalists hold, besides its best few, the config its own best-so-far "
+    "stood on after 16 and 32 trials"
+)
 
 
 def parse_workload(op: str, shape: str | None):
@@ -161,6 +174,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "*_own: unscaled curve against 95% of the best own figure",
         "*_target: as trials_to_95/wall_to_95, against 95% of the best retimed_gflops of "
         "any run on the same target (opencl or llvm)",
+        RETIMED_AT_NOTE,
     ]
     if any(TUNERS[n][0] == "kernel_tuner" for n in names):
         notes.append(
@@ -267,6 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         "@N, best: own measurements; retimed: the same harness for all, interleaved; "
+        "re@N: the best re-timed program the run had measured by trial N; "
         "vendor: retimed / vendor in the re-timing;\n"
         f"t95: trials to 95% of the best retimed figure ({fmt_cell(refs['retimed'], 0)} GFLOP/s), "
         "Kernel Tuner's and MetaSchedule's curves rescaled to the shared harness; reach: runs that got there; "
@@ -343,8 +358,10 @@ def resummarize(path: Path) -> int:
         "*_target: as trials_to_95/wall_to_95, against 95% of the best retimed_gflops of "
         "any run on the same target (opencl or llvm)"
     )
-    if note not in data["notes"]:
-        data["notes"].append(note)
+    add_retimed_at(rows)
+    for line in (note, RETIMED_AT_NOTE):
+        if line not in data["notes"]:
+            data["notes"].append(line)
     print_table(data["summary"], trials=data["trials"])
     path.write_text(json.dumps(data, indent=1, default=_json_default) + "\n")
     from autosched.ops import workload_from_json

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
+
+CHECKPOINTS = (16, 32, 64)
 
 
 def best_so_far(gflops: Sequence[float | None]) -> list[float]:
@@ -47,3 +49,26 @@ def best_round_gflops(visits: Sequence[Sequence[float]], flops: float) -> float 
     """GFLOP/s of the fastest round's median latency; None without a timed round."""
     medians = [float(np.median(v)) for v in visits if len(v)]
     return flops / min(medians) / 1e9 if medians else None
+
+
+def checkpoint_leaders(
+    gflops: Sequence[float | None], checkpoints: Sequence[int] = CHECKPOINTS
+) -> dict[int, int]:
+    """Per checkpoint shorter than the run, the index (0-based) of the trial its best-so-far
+    curve stands on there: the program a user of the tuner would take had it stopped."""
+    out, best, lead = {}, None, None
+    marks = {n for n in checkpoints if n < len(gflops)}
+    for i, g in enumerate(gflops):
+        if g is not None and (best is None or g > best):
+            best, lead = g, i
+        if i + 1 in marks and lead is not None:
+            out[i + 1] = lead
+    return out
+
+
+def first_trials(keys: Sequence[Hashable]) -> dict[Hashable, int]:
+    """Each config's first trial (1-based) in a run's order."""
+    out: dict[Hashable, int] = {}
+    for i, key in enumerate(keys):
+        out.setdefault(key, i + 1)
+    return out

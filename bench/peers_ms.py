@@ -27,6 +27,7 @@ from autosched.measure.program import KernelProgram
 from autosched.measure.runner import TestData, TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.records.record import OK
+from bench.peers_metrics import checkpoint_leaders
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ def _classes():
             self, task_scheduler, task_id, measure_candidates, builder_results, runner_results
         ):
             now = time.perf_counter() - self.start
-            for b, r in zip(builder_results, runner_results):
+            for c, b, r in zip(measure_candidates, builder_results, runner_results):
                 error = b.error_msg or r.error_msg
                 secs = [float(x) for x in (r.run_secs or [])]
                 ok = not error and secs and all(s < 1e9 for s in secs)
@@ -62,6 +63,7 @@ def _classes():
                         "t": now,
                         "error": None if ok else str(error or "no run time")[:500],
                         "built": not b.error_msg,
+                        "trace": c.sch.trace,  # to rebuild a checkpoint's best
                     }
                 )
 
@@ -162,18 +164,36 @@ def opencl_target(device: Device) -> dict[str, Any]:
 
 def tune_llvm(wl, *, trials: int, batch: int, seed: int, top: int) -> dict[str, Any]:
     """MetaSchedule on TVM's llvm target (its own builder and runner)."""
-    from bench.tune_llvm import metaschedule
+    from bench.tune_llvm import metaschedule, trace_program
 
     TrialLog, _, _ = _classes()
     trial_log = TrialLog(wl.flops(), time.perf_counter())
     info = metaschedule(
         wl, trials=trials, batch=batch, seed=seed, top=top, measure_callbacks=[trial_log]
     )
-    for entry in trial_log.entries:
+    history = trial_log.entries
+    traces = [entry.pop("trace") for entry in history]
+    for entry in history:
         entry.pop("built")
+    # Its database keeps no order: a top program's trial is the one that measured its
+    # figure (the same run_secs, so the same float).
+    trial_of = {}
+    for i, entry in enumerate(history):
+        trial_of.setdefault(entry["gflops"], i + 1)
+    programs = [
+        (f"top{i + 1}", program, g, trial_of.get(g))
+        for i, (program, g) in enumerate(info["programs"])
+    ]
+    have = {trial for *_, trial in programs}
+    for n, i in checkpoint_leaders([e["gflops"] for e in history]).items():
+        if i + 1 not in have:
+            have.add(i + 1)
+            programs.append(
+                (f"best@{n}", trace_program(wl, traces[i]), history[i]["gflops"], i + 1)
+            )
     return {
-        "history": trial_log.entries,
-        "programs": info["programs"],
+        "history": history,
+        "programs": programs,
         "best_trace": info["best_trace"],
         "wall_s": info["wall_s"],
         "trials": info["trials"],
@@ -227,20 +247,26 @@ def tune_opencl(
         wall = time.perf_counter() - start
         records = db.get_all_tuning_records()
     history = trial_log.entries
+    for entry in history:
+        entry.pop("trace")
     # The runner saw each built candidate finish: a finer clock than the callback's.
-    built = [entry for entry in history if entry.pop("built")]
-    ok = []
+    built = [(i, entry) for i, entry in enumerate(history) if entry.pop("built")]
+    ok: dict[int, tuple[float, KernelProgram]] = {}  # trial index -> (own GFLOP/s, program)
     if len(built) == len(runner.measured):
-        for entry, (t, program) in zip(built, runner.measured):
+        for (i, entry), (t, program) in zip(built, runner.measured):
             entry["t"] = t
             if entry["gflops"] is not None and program is not None:
-                ok.append((entry["gflops"], program))
+                ok[i] = (entry["gflops"], program)
     else:
         log.warning("MetaSchedule ran %d of %d built candidates", len(runner.measured), len(built))
-    ok.sort(key=lambda x: -x[0])
+    ranked = sorted(ok, key=lambda i: -ok[i][0])[:top]
+    labels = {i: f"top{rank + 1}" for rank, i in enumerate(ranked)}
+    for n, i in checkpoint_leaders([e["gflops"] for e in history]).items():
+        if i in ok:
+            labels.setdefault(i, f"best@{n}")
     return {
         "history": history,
-        "programs": [(program, g) for g, program in ok[:top]],
+        "programs": [(label, ok[i][1], ok[i][0], i + 1) for i, label in labels.items()],
         "wall_s": wall,
         "trials": len(records),
         "wall_clock": "per trial",

@@ -26,7 +26,9 @@ def print_table(summary: Sequence[dict], *, trials: int, out=sys.stdout) -> None
     head = (
         f"{'tuner':<21}{'runs':>5}{'trials':>7}"
         + "".join(f"{'@' + str(n):>7}" for n in checkpoints)
-        + f"{'best':>7}{'retimed':>8}{'vendor':>7}{'t95':>6}{'reach':>6}{'t95 s':>7}"
+        + f"{'best':>7}"
+        + "".join(f"{'re@' + str(n):>7}" for n in checkpoints)
+        + f"{'retimed':>8}{'vendor':>7}{'t95':>6}{'reach':>6}{'t95 s':>7}"
         + f"{'t95tgt':>7}{'reach':>6}{'wall s':>8}"
     )
     print(head, file=out)
@@ -35,8 +37,10 @@ def print_table(summary: Sequence[dict], *, trials: int, out=sys.stdout) -> None
         line = f"{e['tuner']:<21}{e['runs']:>5}{fmt_cell(e['trials'], 7, 0)}"
         line += "".join(fmt_cell(e.get(f"best_at_{n}"), 7) for n in checkpoints)
         of_vendor = e["of_vendor"]
+        line += fmt_cell(e["best_gflops"], 7)
+        line += "".join(fmt_cell(e.get(f"retimed_at_{n}"), 7) for n in checkpoints)
         line += (
-            f"{fmt_cell(e['best_gflops'], 7)}{fmt_cell(e['retimed_gflops'], 8)}"
+            f"{fmt_cell(e['retimed_gflops'], 8)}"
             f"{fmt_cell(None if of_vendor is None else f'{100 * of_vendor:.0f}%', 7)}"
             f"{fmt_cell(e['trials_to_95'], 6, 0)}{e['reached_95']:>6}"
             f"{fmt_cell(e['wall_to_95'], 7, 0)}"

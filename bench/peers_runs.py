@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from bench.peers_metrics import best_round_gflops, best_so_far
+from bench.peers_metrics import best_round_gflops, best_so_far, checkpoint_leaders, first_trials
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +55,7 @@ class Finalist:
     config: Any = None
     visits: list[list[float]] = field(default_factory=list)  # latencies, per round
     error: str | None = None
+    trial: int | None = None  # the run's trial (1-based) that first measured it, if known
 
     def retimed_gflops(self, flops: float) -> float | None:
         """The best round's median: on this machine noise only ever slows a kernel."""
@@ -75,6 +76,7 @@ class Run:
     target: str
     gflops: list[float | None] = field(default_factory=list)
     times: list[float] = field(default_factory=list)
+    keys: list[Any] = field(default_factory=list)  # each trial's config, as a hashable key
     wall_s: float = 0.0
     finalists: list[Finalist] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
@@ -98,6 +100,20 @@ def _top_distinct(items: Sequence[tuple[Any, float]], k: int) -> list[tuple[Any,
     return out
 
 
+def _picks(run: Run, ranked: Sequence[tuple[Any, float]], k: int) -> list[tuple[Any, float]]:
+    """What the shared harness re-times of a run: its ``k`` best distinct configs by its own
+    figures, then the config its best-so-far stood on at each checkpoint (16, 32 trials),
+    when not among them, so the tuners are compared re-timed at those points too."""
+    out = _top_distinct(ranked, k)
+    have = {key for key, _ in out}
+    for i in checkpoint_leaders(run.gflops).values():
+        key = run.keys[i]
+        if key not in have:
+            have.add(key)
+            out.append((key, run.gflops[i]))
+    return out
+
+
 def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) -> Run:
     import autosched
     from autosched.measure.build import build
@@ -113,6 +129,7 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
         rec = event.record
         run.gflops.append(rec.gflops if rec.ok else None)
         run.times.append(time.perf_counter() - start)
+        run.keys.append(rec.config_key)
 
     with tempfile.TemporaryDirectory(prefix="bench-peers-") as tmp:
         res = autosched.tune(
@@ -143,7 +160,8 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
     if res.best is not None:  # its own final re-measurement's winner goes first
         ranked.append((res.best.config_key, float("inf")))
     space = make_space(wl, target=target, limits=dev.limits)
-    for key, _ in _top_distinct(ranked, args.retime_top):
+    first = first_trials(run.keys)
+    for key, _ in _picks(run, ranked, args.retime_top):
         own = max(
             (r.gflops or 0.0 for r in res.history if r.ok and r.config_key == key), default=0.0
         )
@@ -152,7 +170,7 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
         except Exception as exc:  # a config that measured fine builds again; say so if not
             log.warning("%s: cannot rebuild %s: %s", wl, key, exc)
             continue
-        run.finalists.append(Finalist(key, program, own, by_key[key]))
+        run.finalists.append(Finalist(key, program, own, by_key[key], trial=first.get(key)))
     return run
 
 
@@ -179,13 +197,14 @@ def run_kernel_tuner(wl, *, strategy: str, seed: int, args, device) -> Run:
         run.gflops.append(g)
         run.times.append(ev["t"])
     evs = result["evaluations"]
-    keyed = {peers_sgemm.config_key(ev["config"]): ev["config"] for ev in evs}
-    ranked = [
-        (peers_sgemm.config_key(ev["config"]), g) for ev, g in zip(evs, run.gflops) if g is not None
-    ]
-    for key, g in _top_distinct(ranked, args.retime_top):
+    run.keys = [peers_sgemm.config_key(ev["config"]) for ev in evs]
+    keyed = dict(zip(run.keys, (ev["config"] for ev in evs)))
+    ranked = [(key, g) for key, g in zip(run.keys, run.gflops) if g is not None]
+    first = first_trials(run.keys)
+    for key, g in _picks(run, ranked, args.retime_top):
         cfg = keyed[key]
-        run.finalists.append(Finalist(key, peers_sgemm.program(cfg, m, n, k), g, cfg))
+        program = peers_sgemm.program(cfg, m, n, k)
+        run.finalists.append(Finalist(key, program, g, cfg, trial=first[key]))
     errors: dict[str, int] = {}
     for ev in evs:
         if ev["error"]:
@@ -207,7 +226,7 @@ def run_metaschedule(wl, *, target: str, seed: int, args, device) -> Run:
     if target == "llvm":
         result = peers_ms.tune_llvm(
             wl, trials=args.trials, batch=args.batch, seed=seed, top=args.retime_top
-        )
+        )  # programs: its database's top, then the checkpoints' best-so-far
     else:
         result = peers_ms.tune_opencl(
             wl,
@@ -222,8 +241,8 @@ def run_metaschedule(wl, *, target: str, seed: int, args, device) -> Run:
     for entry in result["history"]:
         run.gflops.append(entry["gflops"])
         run.times.append(entry["t"])
-    for i, (program, g) in enumerate(result["programs"]):
-        run.finalists.append(Finalist(f"top{i + 1}", program, g))
+    for label, program, g, trial in result["programs"]:
+        run.finalists.append(Finalist(label, program, g, trial=trial))
     errors: dict[str, int] = {}
     for entry in result["history"]:
         if entry["error"]:

@@ -11,10 +11,15 @@ from typing import Any
 
 import numpy as np
 
-from bench.peers_metrics import best_after, mean_or_none, trials_to_reach, wall_to_reach
+from bench.peers_metrics import (
+    CHECKPOINTS,
+    best_after,
+    mean_or_none,
+    trials_to_reach,
+    wall_to_reach,
+)
 from bench.peers_runs import TUNERS, Run
 
-CHECKPOINTS = (16, 32, 64)
 TARGET_FRACTION = 0.95
 # Families whose curves are put on the shared harness's scale: Kernel Tuner times with
 # its own busy-polling loop. autosched and MetaSchedule OpenCL are timed by autosched's
@@ -84,6 +89,7 @@ def summarize(
                     "retimed_gflops": f.retimed_gflops(flops),
                     "retimed_median_gflops": f.retimed_median_gflops(flops),
                     "retimed_visits": [len(v) for v in f.visits],
+                    "trial": f.trial,
                     "error": f.error,
                 }
                 for f in r.finalists
@@ -98,7 +104,29 @@ def summarize(
             row["trials_to_95_own"] = trials_to_reach(curve, TARGET_FRACTION * ref_own)
             row["wall_to_95_own"] = wall_to_reach(curve, r.times, TARGET_FRACTION * ref_own)
         rows.append(row)
+    add_retimed_at(rows)
     return rows, {"retimed": ref, "own": ref_own}, ratios
+
+
+def add_retimed_at(rows: Sequence[dict]) -> None:
+    """``retimed_at_N`` per row and checkpoint shorter than the run: the best re-timed
+    figure among the finalists the run had measured by trial N (its re-timed best at N).
+
+    Each run's finalists hold the config its own best-so-far stood on at each checkpoint
+    (bench.peers_runs), so every tuner is judged at 16 and 32 trials by the shared harness,
+    not by its own stopwatch. None where no finalist's trial is known (results files
+    written before finalists carried it).
+    """
+    for row in rows:
+        for n in CHECKPOINTS:
+            if n >= row["trials"]:
+                continue
+            figs = [
+                f["retimed_gflops"]
+                for f in row["finalists"]
+                if f.get("trial") is not None and f["trial"] <= n and f["retimed_gflops"]
+            ]
+            row[f"retimed_at_{n}"] = max(figs) if figs else None
 
 
 def add_same_target_t95(rows: Sequence[dict]) -> dict[str, float]:
@@ -151,6 +179,11 @@ def table(rows: Sequence[dict], *, vendor_gflops: float | None, trials: int) -> 
                 if n <= trials
             },
             "best_gflops": mean_or_none([r["best_gflops"] for r in ok]),
+            **{
+                f"retimed_at_{n}": _mean_of_all([r.get(f"retimed_at_{n}") for r in ok])
+                for n in CHECKPOINTS
+                if n < trials
+            },
             "retimed_gflops": mean_or_none([r["retimed_gflops"] for r in ok]),
             "trials_to_95": mean_or_none(reached),
             "reached_95": f"{len(reached)}/{len(ok)}",
@@ -163,6 +196,11 @@ def table(rows: Sequence[dict], *, vendor_gflops: float | None, trials: int) -> 
         entry["of_vendor"] = g / vendor_gflops if g and vendor_gflops else None
         out.append(entry)
     return out
+
+
+def _mean_of_all(values: Sequence[float | None]) -> float | None:
+    """The mean, or None if any run lacks the figure: no mean over a subset of seeds."""
+    return None if not values or None in values else float(np.mean(values))
 
 
 def rescale_rows(rows: Sequence[dict]) -> tuple[dict[str, float], float | None]:

@@ -103,18 +103,11 @@ def metaschedule(
         )
         wall = time.perf_counter() - start
         records = db.get_all_tuning_records()
-        programs = []
         best_records = db.get_top_k(db.commit_workload(mod), top)
-        for rec in best_records:
-            sch = tvm.s_tir.Schedule(rec.workload.mod)
-            rec.trace.apply_to_schedule(sch, remove_postproc=False)
-            executable = tvm.compile(sch.mod, target=target)
-            path = Path(work_dir) / f"ms-{len(programs)}.so"
-            executable.export_library(str(path))
-            program = CpuProgram(
-                library=path.read_bytes(), entry="main", tensors=tuple(wl.tensor_specs())
-            )
-            programs.append((program, _ms_gflops(wl, rec.run_secs)))
+        programs = [
+            (trace_program(wl, rec.trace, mod=rec.workload.mod), _ms_gflops(wl, rec.run_secs))
+            for rec in best_records
+        ]
     # Its database keeps no trial order, so only the best of its own measurements.
     best = max((_ms_gflops(wl, r.run_secs) for r in records), default=0.0)
     return {
@@ -125,6 +118,25 @@ def metaschedule(
         "trials": len(records),
         "best_gflops": best,
     }
+
+
+def trace_program(wl, trace, *, mod=None) -> CpuProgram:
+    """The CpuProgram of one MetaSchedule schedule (a trace from its database or from a
+    measure callback's candidate), built for the host CPU as MetaSchedule built it."""
+    import tvm
+    from tvm import te
+
+    if mod is None:
+        st = wl.stages()
+        mod = tvm.IRModule({"main": te.create_prim_func([*st.inputs, *st.outputs])})
+    sch = tvm.s_tir.Schedule(mod)
+    trace.apply_to_schedule(sch, remove_postproc=False)
+    executable = tvm.compile(sch.mod, target=tvm.target.Target(host_cpu().tvm_target()))
+    with tempfile.TemporaryDirectory(prefix="bench-ms-") as tmp:
+        path = Path(tmp) / "ms.so"
+        executable.export_library(str(path))
+        library = path.read_bytes()
+    return CpuProgram(library=library, entry="main", tensors=tuple(wl.tensor_specs()))
 
 
 @contextlib.contextmanager

@@ -240,6 +240,41 @@ def test_summary_scales_the_peers_stopwatch_and_measures_95_on_the_shared_clock(
     assert [r["stopwatch_scale"] for r in again] == [pytest.approx(2.0), 1.0]
 
 
+def test_checkpoint_leaders_are_the_programs_the_own_curve_stands_on():
+    gflops = [None, 5.0, 3.0, 7.0, 7.0, 2.0] + [1.0] * 30 + [9.0]
+    # After 16 and 32 trials the curve stands on trial 4 (index 3: the first 7.0, a tie
+    # keeps it); 64 is past the run.
+    assert peers_metrics.checkpoint_leaders(gflops) == {16: 3, 32: 3}
+    assert peers_metrics.checkpoint_leaders(gflops, (2, 5)) == {2: 1, 5: 3}
+    assert peers_metrics.checkpoint_leaders([None] * 20) == {}
+    assert peers_metrics.first_trials(["a", "b", "a", "c"]) == {"a": 1, "b": 2, "c": 4}
+
+
+def test_finalists_add_the_checkpoints_best_and_are_judged_by_trial():
+    # 40 trials: an early 50 (trial 2) and a late 100 (trial 35) by the tool's own
+    # stopwatch; the re-timing says the early one is faster.
+    own = [10.0, 50.0] + [20.0] * 32 + [100.0] + [30.0] * 5
+    run = peers_runs.Run(tuner="kt-random_sample", seed=0, target="opencl", gflops=own)
+    run.keys = [f"c{i}" for i in range(len(own))]
+    ranked = [(key, g) for key, g in zip(run.keys, own)]
+    picks = peers_runs._picks(run, ranked, 1)
+    assert picks == [("c34", 100.0), ("c1", 50.0)]  # the top one, then the best at 16 and 32
+    row = {
+        "trials": len(own),
+        "finalists": [
+            {"trial": 35, "retimed_gflops": 60.0},
+            {"trial": 2, "retimed_gflops": 70.0},
+            {"trial": None, "retimed_gflops": 99.0},  # trial unknown: counts at the end only
+        ],
+    }
+    peers_summary.add_retimed_at([row])
+    assert row["retimed_at_16"] == 70.0 and row["retimed_at_32"] == 70.0
+    assert "retimed_at_64" not in row  # 64 is past the run: the end's figure is retimed_gflops
+    late = dict(row, finalists=[{"trial": 35, "retimed_gflops": 60.0}])
+    peers_summary.add_retimed_at([late])
+    assert late["retimed_at_16"] is None
+
+
 def test_vendor_runs_in_its_own_process_and_names_the_baseline():
     wl = workload("matmul", M=64, N=64, K=64)
     assert "numpy baseline of matmul" in peers_retime.vendor_name(wl)
