@@ -25,7 +25,7 @@ best round's median: a neighbour on a shared machine only ever slows a kernel do
 
 Metrics per run: best-so-far GFLOP/s after each trial (the tuner's own measurements),
 best after 16/32/64 trials and at the end, the re-timed best after 16 and 32 trials
-(``re@N``: the best re-timed finalist the run had measured by then) and at the end, and
+(``re@N``: the program its own best-so-far stood on then, re-timed) and at the end, and
 trials and wall seconds to reach 95% of the best re-timed figure any tuner found (and of
 the best on the run's own target). For those, Kernel Tuner's and MetaSchedule's curves are put on the shared
 harness's scale: times the median re-timed/own ratio of that tool's finalists on that
@@ -79,9 +79,9 @@ log = logging.getLogger(__name__)
 
 RESULTS = Path(__file__).parent / "results"
 RETIMED_AT_NOTE = (
-    "retimed_at_N (re@N): the best retimed_gflops among the run's finalists it had measured "
-    "by trial N; the finalists hold, besides its best few, the config its own best-so-far "
-    "stood on after 16 and 32 trials"
+    "retimed_at_N (re@N): the retimed_gflops of the program the run's own best-so-far stood "
+    "on after N trials (the finalist whose leads holds N): the finalists hold, besides its "
+    "best few, those programs"
 )
 
 
@@ -281,7 +281,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(
         "@N, best: own measurements; retimed: the same harness for all, interleaved; "
-        "re@N: the best re-timed program the run had measured by trial N; "
+        "re@N: the program its own best stood on after N trials, re-timed; "
         "vendor: retimed / vendor in the re-timing;\n"
         f"t95: trials to 95% of the best retimed figure ({fmt_cell(refs['retimed'], 0)} GFLOP/s), "
         "Kernel Tuner's and MetaSchedule's curves rescaled to the shared harness; reach: runs that got there; "

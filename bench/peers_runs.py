@@ -56,6 +56,7 @@ class Finalist:
     visits: list[list[float]] = field(default_factory=list)  # latencies, per round
     error: str | None = None
     trial: int | None = None  # the run's trial (1-based) that first measured it, if known
+    leads: list[int] = field(default_factory=list)  # checkpoints its run's own best stood on
 
     def retimed_gflops(self, flops: float) -> float | None:
         """The best round's median: on this machine noise only ever slows a kernel."""
@@ -98,6 +99,11 @@ def _top_distinct(items: Sequence[tuple[Any, float]], k: int) -> list[tuple[Any,
         if len(out) == k:
             break
     return out
+
+
+def _leads(run: Run, key: Any) -> list[int]:
+    """The checkpoints at which the run's own best-so-far stood on config ``key``."""
+    return [n for n, i in checkpoint_leaders(run.gflops).items() if run.keys[i] == key]
 
 
 def _picks(run: Run, ranked: Sequence[tuple[Any, float]], k: int) -> list[tuple[Any, float]]:
@@ -170,7 +176,9 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
         except Exception as exc:  # a config that measured fine builds again; say so if not
             log.warning("%s: cannot rebuild %s: %s", wl, key, exc)
             continue
-        run.finalists.append(Finalist(key, program, own, by_key[key], trial=first.get(key)))
+        run.finalists.append(
+            Finalist(key, program, own, by_key[key], trial=first.get(key), leads=_leads(run, key))
+        )
     return run
 
 
@@ -204,7 +212,9 @@ def run_kernel_tuner(wl, *, strategy: str, seed: int, args, device) -> Run:
     for key, g in _picks(run, ranked, args.retime_top):
         cfg = keyed[key]
         program = peers_sgemm.program(cfg, m, n, k)
-        run.finalists.append(Finalist(key, program, g, cfg, trial=first[key]))
+        run.finalists.append(
+            Finalist(key, program, g, cfg, trial=first[key], leads=_leads(run, key))
+        )
     errors: dict[str, int] = {}
     for ev in evs:
         if ev["error"]:
@@ -242,7 +252,9 @@ def run_metaschedule(wl, *, target: str, seed: int, args, device) -> Run:
         run.gflops.append(entry["gflops"])
         run.times.append(entry["t"])
     for label, program, g, trial in result["programs"]:
-        run.finalists.append(Finalist(label, program, g, trial=trial))
+        # Each of its trials is one candidate: the leader at N is the finalist of its trial.
+        leads = [n for n, i in checkpoint_leaders(run.gflops).items() if i + 1 == trial]
+        run.finalists.append(Finalist(label, program, g, trial=trial, leads=leads))
     errors: dict[str, int] = {}
     for entry in result["history"]:
         if entry["error"]:

@@ -14,6 +14,7 @@ import numpy as np
 from bench.peers_metrics import (
     CHECKPOINTS,
     best_after,
+    checkpoint_leaders,
     mean_or_none,
     trials_to_reach,
     wall_to_reach,
@@ -90,6 +91,7 @@ def summarize(
                     "retimed_median_gflops": f.retimed_median_gflops(flops),
                     "retimed_visits": [len(v) for v in f.visits],
                     "trial": f.trial,
+                    "leads": f.leads,
                     "error": f.error,
                 }
                 for f in r.finalists
@@ -109,24 +111,28 @@ def summarize(
 
 
 def add_retimed_at(rows: Sequence[dict]) -> None:
-    """``retimed_at_N`` per row and checkpoint shorter than the run: the best re-timed
-    figure among the finalists the run had measured by trial N (its re-timed best at N).
+    """``retimed_at_N`` per row and checkpoint shorter than the run: the re-timed figure of
+    the program the run's own best-so-far stood on after N trials, what the tuner would
+    have handed its user had it stopped there.
 
-    Each run's finalists hold the config its own best-so-far stood on at each checkpoint
-    (bench.peers_runs), so every tuner is judged at 16 and 32 trials by the shared harness,
-    not by its own stopwatch. None where no finalist's trial is known (results files
-    written before finalists carried it).
+    Each run's finalists hold those programs (bench.peers_runs; ``leads`` names the
+    checkpoints), so every tuner is judged at 16 and 32 trials by the shared harness, not
+    by its own stopwatch. Files whose finalists carry only ``trial`` match the leader's
+    trial; None where no finalist matches (files written before finalists carried either).
     """
     for row in rows:
+        leaders = checkpoint_leaders(row["trial_gflops"])
         for n in CHECKPOINTS:
             if n >= row["trials"]:
                 continue
-            figs = [
-                f["retimed_gflops"]
+            lead = [
+                f
                 for f in row["finalists"]
-                if f.get("trial") is not None and f["trial"] <= n and f["retimed_gflops"]
-            ]
-            row[f"retimed_at_{n}"] = max(figs) if figs else None
+                if n in (f.get("leads") or [])
+                or ("leads" not in f and f.get("trial") is not None and n in leaders
+                    and f["trial"] == leaders[n] + 1)
+            ]  # fmt: skip
+            row[f"retimed_at_{n}"] = lead[0]["retimed_gflops"] if lead else None
 
 
 def add_same_target_t95(rows: Sequence[dict]) -> dict[str, float]:

@@ -259,20 +259,30 @@ def test_finalists_add_the_checkpoints_best_and_are_judged_by_trial():
     ranked = [(key, g) for key, g in zip(run.keys, own)]
     picks = peers_runs._picks(run, ranked, 1)
     assert picks == [("c34", 100.0), ("c1", 50.0)]  # the top one, then the best at 16 and 32
+    assert peers_runs._leads(run, "c1") == [16, 32] and peers_runs._leads(run, "c34") == []
+    # re@N is the re-timed figure of the program the own curve stood on at N (what the
+    # tuner hands its user then), not the best re-timed of all it had measured by then.
     row = {
         "trials": len(own),
+        "trial_gflops": own,
         "finalists": [
-            {"trial": 35, "retimed_gflops": 60.0},
-            {"trial": 2, "retimed_gflops": 70.0},
-            {"trial": None, "retimed_gflops": 99.0},  # trial unknown: counts at the end only
+            {"trial": 35, "leads": [], "retimed_gflops": 60.0},
+            {"trial": 2, "leads": [16, 32], "retimed_gflops": 45.0},
+            {"trial": 1, "leads": [], "retimed_gflops": 99.0},  # measured early, not chosen
         ],
     }
     peers_summary.add_retimed_at([row])
-    assert row["retimed_at_16"] == 70.0 and row["retimed_at_32"] == 70.0
+    assert row["retimed_at_16"] == 45.0 and row["retimed_at_32"] == 45.0
     assert "retimed_at_64" not in row  # 64 is past the run: the end's figure is retimed_gflops
-    late = dict(row, finalists=[{"trial": 35, "retimed_gflops": 60.0}])
-    peers_summary.add_retimed_at([late])
-    assert late["retimed_at_16"] is None
+    # A file whose finalists carry only their trial: the leader is matched by it.
+    old = dict(
+        row, finalists=[{k: v for k, v in f.items() if k != "leads"} for f in row["finalists"]]
+    )
+    peers_summary.add_retimed_at([old])
+    assert old["retimed_at_16"] == 45.0
+    older = dict(row, finalists=[{"retimed_gflops": 60.0}])
+    peers_summary.add_retimed_at([older])
+    assert older["retimed_at_16"] is None
 
 
 def test_vendor_runs_in_its_own_process_and_names_the_baseline():
