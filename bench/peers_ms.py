@@ -137,15 +137,6 @@ def _classes():
     return TrialLog, ProgramBuilder, WorkerRunner
 
 
-def prim_module(wl):
-    """The workload as the IRModule MetaSchedule tunes (one PrimFunc, ``main``)."""
-    import tvm
-    from tvm import te
-
-    st = wl.stages()
-    return tvm.IRModule({"main": te.create_prim_func([*st.inputs, *st.outputs])})
-
-
 def opencl_target(device: Device) -> dict[str, Any]:
     """The OpenCL target with ``device``'s real limits (TVM's defaults are a small GPU's)."""
     from autosched.measure.cpu import host_cpu
@@ -215,6 +206,8 @@ def tune_opencl(
     """MetaSchedule on OpenCL, measured by autosched's worker on ``device``."""
     import tvm
     import tvm.s_tir.meta_schedule as ms
+
+    from bench.tune_llvm import prim_module
 
     TrialLog, ProgramBuilder, WorkerRunner = _classes()
     rng = np.random.default_rng([seed, 0x5EED])

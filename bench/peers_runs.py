@@ -101,23 +101,22 @@ def _top_distinct(items: Sequence[tuple[Any, float]], k: int) -> list[tuple[Any,
     return out
 
 
-def _leads(run: Run, key: Any) -> list[int]:
-    """The checkpoints at which the run's own best-so-far stood on config ``key``."""
-    return [n for n, i in checkpoint_leaders(run.gflops).items() if run.keys[i] == key]
-
-
-def _picks(run: Run, ranked: Sequence[tuple[Any, float]], k: int) -> list[tuple[Any, float]]:
-    """What the shared harness re-times of a run: its ``k`` best distinct configs by its own
-    figures, then the config its best-so-far stood on at each checkpoint (16, 32 trials),
-    when not among them, so the tuners are compared re-timed at those points too."""
+def _picks(
+    run: Run, ranked: Sequence[tuple[Any, float]], k: int
+) -> list[tuple[Any, float, list[int]]]:
+    """What the shared harness re-times of a run, as (key, own GFLOP/s, leads): its ``k``
+    best distinct configs by its own figures, then the config its best-so-far stood on at
+    each checkpoint (16, 32 trials) when not among them, so the tuners are compared
+    re-timed at those points too; ``leads`` names the checkpoints a config stood on."""
+    leaders = checkpoint_leaders(run.gflops)
     out = _top_distinct(ranked, k)
     have = {key for key, _ in out}
-    for i in checkpoint_leaders(run.gflops).values():
+    for i in leaders.values():
         key = run.keys[i]
         if key not in have:
             have.add(key)
             out.append((key, run.gflops[i]))
-    return out
+    return [(key, g, [n for n, i in leaders.items() if run.keys[i] == key]) for key, g in out]
 
 
 def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) -> Run:
@@ -167,7 +166,7 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
         ranked.append((res.best.config_key, float("inf")))
     space = make_space(wl, target=target, limits=dev.limits)
     first = first_trials(run.keys)
-    for key, _ in _picks(run, ranked, args.retime_top):
+    for key, _, leads in _picks(run, ranked, args.retime_top):
         own = max(
             (r.gflops or 0.0 for r in res.history if r.ok and r.config_key == key), default=0.0
         )
@@ -177,7 +176,7 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
             log.warning("%s: cannot rebuild %s: %s", wl, key, exc)
             continue
         run.finalists.append(
-            Finalist(key, program, own, by_key[key], trial=first.get(key), leads=_leads(run, key))
+            Finalist(key, program, own, by_key[key], trial=first.get(key), leads=leads)
         )
     return run
 
@@ -209,12 +208,10 @@ def run_kernel_tuner(wl, *, strategy: str, seed: int, args, device) -> Run:
     keyed = dict(zip(run.keys, (ev["config"] for ev in evs)))
     ranked = [(key, g) for key, g in zip(run.keys, run.gflops) if g is not None]
     first = first_trials(run.keys)
-    for key, g in _picks(run, ranked, args.retime_top):
+    for key, g, leads in _picks(run, ranked, args.retime_top):
         cfg = keyed[key]
         program = peers_sgemm.program(cfg, m, n, k)
-        run.finalists.append(
-            Finalist(key, program, g, cfg, trial=first[key], leads=_leads(run, key))
-        )
+        run.finalists.append(Finalist(key, program, g, cfg, trial=first[key], leads=leads))
     errors: dict[str, int] = {}
     for ev in evs:
         if ev["error"]:
@@ -251,9 +248,10 @@ def run_metaschedule(wl, *, target: str, seed: int, args, device) -> Run:
     for entry in result["history"]:
         run.gflops.append(entry["gflops"])
         run.times.append(entry["t"])
+    # Each of its trials is one candidate: the leader at N is the finalist of its trial.
+    leaders = checkpoint_leaders(run.gflops)
     for label, program, g, trial in result["programs"]:
-        # Each of its trials is one candidate: the leader at N is the finalist of its trial.
-        leads = [n for n, i in checkpoint_leaders(run.gflops).items() if i + 1 == trial]
+        leads = [n for n, i in leaders.items() if i + 1 == trial]
         run.finalists.append(Finalist(label, program, g, trial=trial, leads=leads))
     errors: dict[str, int] = {}
     for entry in result["history"]:

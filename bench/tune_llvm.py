@@ -73,10 +73,8 @@ def metaschedule(
     """
     import tvm
     import tvm.s_tir.meta_schedule as ms
-    from tvm import te
 
-    st = wl.stages()
-    mod = tvm.IRModule({"main": te.create_prim_func([*st.inputs, *st.outputs])})
+    mod = prim_module(wl)
     target = tvm.target.Target(host_cpu().tvm_target())
     start = time.perf_counter()
     # TVM's runtime runs a kernel on half the logical CPUs unless told (it assumes
@@ -120,16 +118,21 @@ def metaschedule(
     }
 
 
+def prim_module(wl):
+    """The workload as the IRModule MetaSchedule tunes (one PrimFunc, ``main``)."""
+    import tvm
+    from tvm import te
+
+    st = wl.stages()
+    return tvm.IRModule({"main": te.create_prim_func([*st.inputs, *st.outputs])})
+
+
 def trace_program(wl, trace, *, mod=None) -> CpuProgram:
     """The CpuProgram of one MetaSchedule schedule (a trace from its database or from a
     measure callback's candidate), built for the host CPU as MetaSchedule built it."""
     import tvm
-    from tvm import te
 
-    if mod is None:
-        st = wl.stages()
-        mod = tvm.IRModule({"main": te.create_prim_func([*st.inputs, *st.outputs])})
-    sch = tvm.s_tir.Schedule(mod)
+    sch = tvm.s_tir.Schedule(prim_module(wl) if mod is None else mod)
     trace.apply_to_schedule(sch, remove_postproc=False)
     executable = tvm.compile(sch.mod, target=tvm.target.Target(host_cpu().tvm_target()))
     with tempfile.TemporaryDirectory(prefix="bench-ms-") as tmp:

@@ -57,6 +57,12 @@ def make_data(workload, seed: int = 0) -> TestData:
 
 
 @pytest.fixture(scope="session")
+def host():
+    """The host CPU as TVM's llvm target sees it (limits, fingerprint)."""
+    return select_device(None, target="llvm")
+
+
+@pytest.fixture(scope="session")
 def pg_server():
     """A real PostgreSQL server on 127.0.0.1 for this session (see tests/pg_server.py).
 

@@ -8,20 +8,13 @@ TVM codegen for llvm.
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 import autosched.tvm
-from autosched.measure.device import select_device
 from autosched.tvm.tasks import extract_tasks
 from tests.relax_models import relax_of as _relax
 
 nn = torch.nn
-
-
-@pytest.fixture(scope="module")
-def host():
-    return select_device(None, target="llvm")
 
 
 class TorchAttention(nn.Module):

@@ -11,7 +11,6 @@ import pytest
 import torch
 
 import autosched.tvm
-from autosched.measure.device import select_device
 from autosched.measure.runner import TimingOptions
 from autosched.ops import workload_from_json
 from autosched.ops.fused import FusedFunc
@@ -93,11 +92,6 @@ def resnet():
 @pytest.fixture(scope="module")
 def bert():
     return _relax(BertLayer(), (1, 16, 32))
-
-
-@pytest.fixture(scope="module")
-def host():
-    return select_device(None, target="llvm")
 
 
 def _by_name(tasks, prefix: str):

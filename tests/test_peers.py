@@ -258,8 +258,8 @@ def test_finalists_add_the_checkpoints_best_and_are_judged_by_trial():
     run.keys = [f"c{i}" for i in range(len(own))]
     ranked = [(key, g) for key, g in zip(run.keys, own)]
     picks = peers_runs._picks(run, ranked, 1)
-    assert picks == [("c34", 100.0), ("c1", 50.0)]  # the top one, then the best at 16 and 32
-    assert peers_runs._leads(run, "c1") == [16, 32] and peers_runs._leads(run, "c34") == []
+    # The top one, then the best at 16 and 32, with the checkpoints each led.
+    assert picks == [("c34", 100.0, []), ("c1", 50.0, [16, 32])]
     # re@N is the re-timed figure of the program the own curve stood on at N (what the
     # tuner hands its user then), not the best re-timed of all it had measured by then.
     row = {

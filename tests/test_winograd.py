@@ -15,7 +15,6 @@ import torch
 import tvm
 
 import autosched.tvm
-from autosched.measure.device import select_device
 from autosched.measure.runner import TimingOptions
 from autosched.records.sqlite import SQLiteDatabase
 from autosched.space.select import make_space
@@ -79,11 +78,6 @@ class Convs(nn.Module):
 @pytest.fixture(scope="module")
 def convs():
     return _relax(Convs(), (1, 4, 10, 10))
-
-
-@pytest.fixture(scope="module")
-def host():
-    return select_device(None, target="llvm")
 
 
 def _forms_of(fused) -> list[tuple[str, str]]:
