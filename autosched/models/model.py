@@ -163,14 +163,15 @@ def check_overrides(
 
 def prepare(mod: IRModule) -> IRModule:
     """Fold batch-norm into convolutions, write constant negative indices as
-    non-negative (:mod:`autosched.models.negative_index`), then decompose what is left
+    non-negative and in-range ones in clip mode
+    (:mod:`autosched.models.take_indices`), then decompose what is left
     for inference."""
     from tvm import relax
 
     from autosched.models.fold_batch_norm import fold_batch_norm
-    from autosched.models.negative_index import wrap_negative_indices
+    from autosched.models.take_indices import settle_take_indices
 
-    mod = wrap_negative_indices(fold_batch_norm(mod))
+    mod = settle_take_indices(fold_batch_norm(mod))
     mod = relax.transform.DecomposeOpsForInference()(mod)
     mod = relax.transform.CanonicalizeBindings()(mod)
     return relax.transform.DeadCodeElimination(["main"])(mod)
