@@ -341,6 +341,42 @@ def test_hanging_crashing_wrong_and_broken_llvm_kernels_are_classified(cpu):
         assert w.measure(good, data, FAST).status == "ok"
 
 
+def test_an_integer_output_that_a_kernel_skips_is_caught_without_a_warning(cpu, caplog):
+    """Outputs start unwritten: NaN for floats; an integer output (a model's mask or
+    index) starts as each expected value with its lowest bit flipped, so a kernel that
+    skips elements is caught there too, and numpy no longer warns from the worker about
+    NaN cast to an integer."""
+    from tvm.script import tirx as T
+
+    from autosched.measure.runner import TestData, unwritten
+    from autosched.ops.base import TensorSpec
+
+    @T.prim_func
+    def double(A: T.Buffer((64,), "int32"), C: T.Buffer((64,), "int32")):
+        for i in range(64):
+            C[i] = A[i] * 2
+
+    @T.prim_func
+    def half(A: T.Buffer((64,), "int32"), C: T.Buffer((64,), "int32")):
+        for i in range(32):
+            C[i] = A[i] * 2
+
+    caplog.set_level("INFO", logger="autosched.measure.worker")  # what the worker printed
+    a = np.arange(-32, 32, dtype="int32")
+    data = TestData("int-double", {"A": a}, {"C": 2 * a}, rtol=0.0, atol=0.0)
+    tensors = (TensorSpec("A", (64,), "int32", "input"), TensorSpec("C", (64,), "int32", "output"))
+    with MeasureWorker(cpu, timeout_s=30) as w:
+        assert w.measure(_script_program(double, tensors), data, FAST).status == "ok"
+        out = w.measure(_script_program(half, tensors), data, FAST)
+        assert out.status == "wrong_result" and "32 of 64 elements differ" in out.error, out
+    assert not [r for r in caplog.records if "invalid value" in r.getMessage()]
+    mask = np.array([True, False, True])
+    assert (unwritten((3,), "bool", mask) != mask).all()
+    assert (unwritten((2,), "uint8", np.array([0, 255], "uint8")) == [1, 254]).all()
+    assert (unwritten((2,), "int64", None) == np.iinfo("int64").max).all()
+    assert np.isnan(unwritten((2,), "float32", np.zeros(2, "float32"))).all()
+
+
 @pytest.mark.timed
 def test_short_llvm_tune_beats_the_default_and_its_best_kernel_is_correct(tmp_path, cpu):
     wl = autosched.workload("matmul", M=128, N=128, K=128, epilogue="bias_relu")

@@ -133,13 +133,13 @@ class OpenCLRunner:
         problem = over_group_limit(allowed, [k.local_size for k in program.kernels])
         if problem:
             return RunOutcome(INVALID, problem, compile_s=time.perf_counter() - t0)
-        # Outputs and scratch start as NaN so a kernel that skips elements is caught.
+        # Outputs and scratch start unwritten so a kernel that skips elements is caught.
         bufs, outputs = [], {}
         for spec in program.tensors:
             if spec.role == "input":
                 bufs.append(self._input_bufs[spec.name])
                 continue
-            host = np.full(spec.shape, np.nan, dtype=spec.dtype)
+            host = unwritten(spec.shape, spec.dtype, self.data.expected.get(spec.name))
             buf = cl.Buffer(
                 self.ctx, cl.mem_flags.READ_WRITE | cl.mem_flags.COPY_HOST_PTR, hostbuf=host
             )
@@ -276,13 +276,14 @@ class CpuRunner:
             return RunOutcome(BUILD_ERROR, f"cannot load the library: {_first_lines(exc)}")
         finally:
             path.unlink(missing_ok=True)  # loaded: the mapping outlives the file
-        # Outputs and scratch start as NaN so a kernel that skips elements is caught.
+        # Outputs and scratch start unwritten so a kernel that skips elements is caught.
         args, outputs = [], {}
         for spec in program.tensors:
             if spec.role == "input":
                 args.append(self._inputs[spec.name])
                 continue
-            buf = tvm.runtime.tensor(np.full(spec.shape, np.nan, dtype=spec.dtype), self.dev)
+            host = unwritten(spec.shape, spec.dtype, self.data.expected.get(spec.name))
+            buf = tvm.runtime.tensor(host, self.dev)
             args.append(buf)
             if spec.role == "output":
                 outputs[spec.name] = buf
@@ -338,6 +339,24 @@ def timing_plan(
     number = max(1, min(1000, math.ceil(min_sample_s / estimate_s)))
     repeats = math.ceil(options.min_time_s / (number * estimate_s))
     return number, max(options.min_repeats, min(options.max_repeats, repeats))
+
+
+def unwritten(shape: tuple[int, ...], dtype: str, expected: np.ndarray | None) -> np.ndarray:
+    """What an output or scratch buffer holds before a kernel runs, so that an element it
+    skips is caught: NaN where the type has one; else each expected value with its
+    lowest bit flipped (a bool negated), or the type's largest value in scratch. NaN
+    cast to an integer is undefined, and numpy warned "invalid value encountered in
+    cast" from every measuring worker that met a model's integer or mask output."""
+    kind = np.dtype(dtype).kind
+    if kind in "fc":
+        return np.full(shape, np.nan, dtype=dtype)
+    if expected is not None and expected.shape == tuple(shape):
+        if kind == "b":
+            return np.logical_not(expected)
+        return np.bitwise_xor(expected.astype(dtype), np.ones((), dtype=dtype))
+    if kind == "b":
+        return np.ones(shape, dtype=dtype)
+    return np.full(shape, np.iinfo(dtype).max, dtype=dtype)
 
 
 def _compare(actual: np.ndarray, expected: np.ndarray, rtol: float, atol: float) -> str:
