@@ -204,8 +204,16 @@ class FusedFunc(Workload):
         return _flops(self.script)
 
     def make_inputs(self, rng: np.random.Generator) -> dict[str, np.ndarray]:
+        """Floats uniform in [-1, 1); integers and bools 0 or 1 at random (a mask with
+        both values, an index in range of any axis longer than 1: uniform floats cast
+        to an integer were all 0, and a masked softmax's test data masked every row, so
+        a kernel that got the softmax wrong passed)."""
         return {
-            t.name: rng.uniform(-1.0, 1.0, t.shape).astype(t.dtype)
+            t.name: (
+                rng.uniform(-1.0, 1.0, t.shape).astype(t.dtype)
+                if np.dtype(t.dtype).kind in "fc"
+                else rng.integers(0, 2, t.shape).astype(t.dtype)
+            )
             for t in self.tensor_specs()
             if t.role == "input"
         }

@@ -119,6 +119,13 @@ class RowSpace(Space):
     def _make_knobs(self) -> list[Knob]:
         nest = self.nest
         vecs = tuple(v for v in VECTOR_WIDTHS if nest.cols % v == 0)
+        if nest.row_maps and self.target != "llvm":
+            # A per-row flag (a mask) read under vectors becomes a vector select, and TVM
+            # 0.27's OpenCL C passes it a condition of 0 / 1 lanes, where OpenCL's select
+            # reads each lane's sign bit: every lane took the false branch (a masked
+            # softmax returned its softmax where the mask said zero). Scalar selects
+            # (C's ?:) are right; LLVM's vector selects are too.
+            vecs = (1,)
         limit = min(MAX_THREADS, self.limits.max_work_group_size, self.limits.max_work_item_size)
         threads = tuple(2**e for e in range(int(math.log2(max(limit, 1))) + 1))
         # Unroll factors: powers of two, small divisors of the columns, and the whole row

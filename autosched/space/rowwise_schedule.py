@@ -40,6 +40,8 @@ class _Reduction:
 def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
     nest = space.nest
     kernels = space.kernels(config)
+    for name in nest.row_maps:  # one value per row, read where it is needed
+        sch.compute_inline(sch.get_sblock(name))
     for block in nest.blocks:
         if block.kind == "map" and space.fused(config, block.name):
             sch.compute_inline(sch.get_sblock(block.name))
