@@ -99,7 +99,13 @@ def settle_take_indices(mod: IRModule) -> IRModule:
             if name == "relax.shape_to_tensor":
                 return args[0]
             if name == "relax.take" and expr.attrs.axis is not None:
-                return np.take(args[0], args[1], axis=int(expr.attrs.axis), mode="wrap")
+                axis, mode = int(expr.attrs.axis), str(expr.attrs.mode)
+                extent = args[0].shape[axis]
+                if mode == "fast" and not ((args[1] >= 0) & (args[1] < extent)).all():
+                    return None  # what TVM reads there is undefined
+                return np.take(
+                    args[0], args[1], axis=axis, mode="clip" if mode == "clip" else "wrap"
+                )
             if name in _ARITHMETIC:
                 return np.asarray(_ARITHMETIC[name](*args))
             return None
