@@ -84,15 +84,14 @@ def settle_take_indices(mod: IRModule) -> IRModule:
                 bound = self.lookup_binding(expr)
                 return None if bound is None else self.constant(bound, depth - 1)
             if isinstance(expr, relax.ShapeExpr):
-                dims = [getattr(d, "value", None) for d in expr.values]
-                return None if None in dims else np.array(dims, "int64")
+                dims = _static_dims(expr)
+                return None if dims is None else np.array(dims, "int64")
             if not isinstance(expr, relax.Call) or not isinstance(expr.op, tvm.ir.Op):
                 return None
             name = expr.op.name
             if name == "relax.shape_of":
-                shape = getattr(getattr(expr.args[0], "ty", None), "shape", None)
-                dims = [getattr(d, "value", None) for d in getattr(shape, "values", [None])]
-                return None if None in dims else np.array(dims, "int64")
+                dims = _static_dims(getattr(getattr(expr.args[0], "ty", None), "shape", None))
+                return None if dims is None else np.array(dims, "int64")
             args = [self.constant(a, depth - 1) for a in expr.args]
             if any(a is None or a.dtype.kind not in "iub" for a in args):
                 return None
@@ -117,14 +116,20 @@ def settle_take_indices(mod: IRModule) -> IRModule:
     return out
 
 
-def _extent(data, axis) -> int | None:
-    """The static extent ``take`` indexes along ``axis`` (all of ``data`` flattened
-    when None), or None where a dimension is symbolic or the shape unknown."""
-    shape = getattr(getattr(data, "ty", None), "shape", None)
+def _static_dims(shape) -> list[int] | None:
+    """The dimensions of a Relax shape, or None where one is symbolic or it is unknown."""
     values = getattr(shape, "values", None)
     if values is None or not all(hasattr(d, "value") for d in values):
         return None
-    dims = [int(d.value) for d in values]
+    return [int(d.value) for d in values]
+
+
+def _extent(data, axis) -> int | None:
+    """The static extent ``take`` indexes along ``axis`` (all of ``data`` flattened
+    when None), or None where a dimension is symbolic or the shape unknown."""
+    dims = _static_dims(getattr(getattr(data, "ty", None), "shape", None))
+    if dims is None:
+        return None
     if axis is None:
         return math.prod(dims)
     axis = int(axis)

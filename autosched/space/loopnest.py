@@ -288,7 +288,7 @@ def analyze_row_prim_func(func) -> RowNest:
     writer = {b.writes[0].source.name: b.name_hint for b in blocks if len(b.writes) == 1}
     extents: set[tuple[int, ...]] = set()
     out = []
-    row_maps = _row_maps(blocks, allocated)
+    row_maps = _row_maps(blocks, allocated, writer)
     for block in blocks:
         if block.name_hint in row_maps:
             continue
@@ -355,10 +355,10 @@ def analyze_row_prim_func(func) -> RowNest:
     )
 
 
-def _row_maps(blocks, allocated: set[str]) -> dict[str, tuple[str, ...]]:
+def _row_maps(blocks, allocated: set[str], writer: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """The maps over the rows and a unit column whose results stay in the function,
-    each with the parameters it reads (through the others), in compute order."""
-    writer = {b.writes[0].source.name: b.name_hint for b in blocks if len(b.writes) == 1}
+    each with the parameters it reads (through the others), in compute order;
+    ``writer``: the block that writes each buffer."""
     out: dict[str, tuple[str, ...]] = {}
     for block in blocks:
         extents = [int(iv.dom.extent) for iv in block.iter_vars]
