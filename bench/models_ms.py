@@ -21,26 +21,6 @@ from autosched.models import Model
 
 log = logging.getLogger("bench.models")
 
-BUILD_TIMEOUT_S = 120.0
-
-
-def _lean_build() -> Any:
-    """MetaSchedule's default build function without its first line, ``import
-    tvm.s_tir.tensor_intrin``: that import registers every target's tensor intrinsics
-    (CUDA's among them) and takes some 28 s in each builder process, which MetaSchedule
-    starts afresh for every batch. An fp32 llvm build uses none of them. Made inside a
-    function so that cloudpickle sends it to the builder processes by value (they
-    cannot import ``bench``)."""
-
-    def build(mod: Any, target: Any, _params: Any) -> Any:
-        from tvm.driver import build as tvm_build
-        from tvm.s_tir.transform import RemoveWeightLayoutRewriteBlock
-
-        mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
-        return tvm_build(mod, target=target)
-
-    return build
-
 
 def metaschedule_build(
     model: Model, *, trials_per_task: int, work_dir: Path, seed: int = 0
@@ -48,10 +28,10 @@ def metaschedule_build(
     """Tune ``model`` with MetaSchedule; return (the built executable, tuning wall seconds)."""
     import tvm
     from tvm import relax
-    from tvm.s_tir import meta_schedule as ms
     from tvm.s_tir.meta_schedule import relax_integration
 
     from autosched.measure.cpu import host_cpu
+    from bench.tune_llvm import lean_builder
 
     target = tvm.target.Target(host_cpu().tvm_target())
     fused = relax.get_pipeline("zero")(model.mod)
@@ -70,7 +50,7 @@ def metaschedule_build(
         # it, and a longer timeout keeps a busy machine's slow start from failing builds
         # (30 s, the default, failed most of a tiny BERT layer's 2-trial batches here).
         num_trials_per_iter=min(64, trials_per_task),
-        builder=ms.builder.LocalBuilder(f_build=_lean_build(), timeout_sec=BUILD_TIMEOUT_S),
+        builder=lean_builder(),
         seed=seed,
     )
     tune_s = time.perf_counter() - start
