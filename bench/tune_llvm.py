@@ -109,7 +109,8 @@ def metaschedule(
         ]
     if not programs:  # every build or run failed: say so, not an IndexError
         raise RuntimeError(
-            f"MetaSchedule measured no program in {len(records)} trials (see its logs)"
+            f"MetaSchedule measured no program in {len(records)} trials: every build or run "
+            "failed (a builder that outruns its timeout is one way; see lean_builder)"
         )
     # Its database keeps no trial order, so only the best of its own measurements.
     best = max((_ms_gflops(wl, r.run_secs) for r in records), default=0.0)
