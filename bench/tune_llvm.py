@@ -135,15 +135,9 @@ def lean_builder():
     each builder process, which MetaSchedule starts afresh for every batch: on the Zen 3
     every build outran the default 30 s timeout, and the peers benchmark's MetaSchedule
     llvm runs measured nothing. An fp32 llvm build uses none of those intrinsics; the
-    build is otherwise the same."""
+    build is otherwise the same. The build function is made in here so that cloudpickle
+    sends it to the builder processes by value (they cannot import ``bench``)."""
     import tvm.s_tir.meta_schedule as ms
-
-    return ms.builder.LocalBuilder(f_build=_lean_build(), timeout_sec=BUILD_TIMEOUT_S)
-
-
-def _lean_build():
-    """The build function, made inside a function so that cloudpickle sends it to the
-    builder processes by value (they cannot import ``bench``)."""
 
     def build(mod, target, _params):
         from tvm.driver import build as tvm_build
@@ -152,7 +146,7 @@ def _lean_build():
         mod = RemoveWeightLayoutRewriteBlock(skip_tensor_rewrite=True)(mod)
         return tvm_build(mod, target=target)
 
-    return build
+    return ms.builder.LocalBuilder(f_build=build, timeout_sec=BUILD_TIMEOUT_S)
 
 
 def prim_module(wl):
