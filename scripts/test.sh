@@ -19,7 +19,7 @@ workers=$(nproc)
 status=0
 phase() {
   local rc=0
-  .venv/bin/python -m pytest -q "$@" || rc=$?
+  .venv/bin/python -m pytest -q --durations=25 "$@" || rc=$?
   ((rc == 5)) && rc=0  # no test selected in this phase
   ((status == 0)) && status=$rc
   return 0
