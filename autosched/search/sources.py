@@ -18,7 +18,16 @@ it well keeps steering. A transfer source's tau first loses one standard deviati
 the tau of an unrelated ranking (:func:`tau_noise`: 0.27 after one batch), so another
 device's model steers only by what it ranks beyond chance. Without that, CPU models
 that ranked the H200's first nine configs with a tau of 0.2 by luck steered its search
-(replay: 39 trials to 95 % with transfer against 36.5 cold; 28.5 with it).
+(replay: 39 trials to 95 % with transfer against 36.5 cold; 28.5 with it). What is left
+is then scaled by how alike the source's device is to this one (its similarity, as
+Wistuba et al.'s transfer surrogates weigh each by its meta-features too): a model of an
+AVX-512 CPU's records ranks an AVX2 CPU's measurements broadly right (a tau of 0.5 after
+one batch on the Zen 3's llvm softmax) while its top picks are not this device's, and
+unscaled it outweighed everything else from the second batch on. Replay, 16 samples
+with sources of another vector width, 20 seeds, 2026-12-03 (Zen 3): mean trials to 95 %
+with transfer summed 262.8 -> 245.8 (the Zen 3's IREE matmul 29.5 -> 24.0, its llvm
+127x1000x333 matmul 34.2 -> 27.6, the Zen 4's llvm 7x7 conv 35.2 -> 30.2; worse on four,
+by at most 1.4).
 
 On a CPU the prior is read twice once measurements weigh it: whole, and without its
 term for the config's own vector width (:func:`_vector_reading`), since whether scalar
@@ -74,6 +83,7 @@ class Source:
     predict: Callable[[np.ndarray], np.ndarray]
     weight: float = 1.0
     similar: float = 1.0  # how alike its device is to this one (0..1)
+    trust: float = 1.0  # device similarity alone: scales its weight once measured
 
 
 def kendall(pred: np.ndarray, y: np.ndarray) -> float:
@@ -157,7 +167,10 @@ class Blend:
         if model.is_fitted:
             explained = max(0.0, grouped_kendall(prior_score(X), y, g))
             self.transfer[family] = Source(
-                f"transfer:{family}", model.predict, similar=similar * (1.0 - explained)
+                f"transfer:{family}",
+                model.predict,
+                similar=similar * (1.0 - explained),
+                trust=similar,
             )
             log.debug("transfer source from %d records of family %s", len(y), family)
 
@@ -182,7 +195,7 @@ class Blend:
             noise = tau_noise(len(ym))
             for s in sources:
                 tau = kendall(s.predict(Xm), ym)
-                s.weight = max(0.0, tau if s is prior else tau - noise)
+                s.weight = max(0.0, tau if s is prior else tau - noise) * s.trust
             if self.space.limits.is_cpu:
                 sources.insert(1, _vector_reading(prior, Xm, ym))
             if self.own.is_fitted:
