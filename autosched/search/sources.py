@@ -23,11 +23,12 @@ is then scaled by how alike the source's device is to this one (its similarity, 
 Wistuba et al.'s transfer surrogates weigh each by its meta-features too): a model of an
 AVX-512 CPU's records ranks an AVX2 CPU's measurements broadly right (a tau of 0.5 after
 one batch on the Zen 3's llvm softmax) while its top picks are not this device's, and
-unscaled it outweighed everything else from the second batch on. Replay, 16 samples
-with sources of another vector width, 20 seeds, 2026-12-03 (Zen 3): mean trials to 95 %
-with transfer summed 262.8 -> 245.8 (the Zen 3's IREE matmul 29.5 -> 24.0, its llvm
-127x1000x333 matmul 34.2 -> 27.6, the Zen 4's llvm 7x7 conv 35.2 -> 30.2; worse on four,
-by at most 1.4).
+unscaled it outweighed everything else from the second batch on. An A/B on 16 samples
+with sources of another vector width, 20 seeds each, 2026-12-03: mean trials to 95 %
+with transfer summed 262.8 -> 245.8 (the Zen 3's llvm 127x1000x333 matmul 34.2 -> 27.6,
+the Zen 4's llvm 7x7 conv 35.2 -> 30.2; worse on four, by at most 1.4). Over all 35
+samples with sources (bench/replay.py, the same day) the gain is within the seeds'
+noise: transfer fewer trials than cold on 14, more on 11 (13 and 12 before).
 
 On a CPU the prior is read twice once measurements weigh it: whole, and without its
 term for the config's own vector width (:func:`_vector_reading`), since whether scalar
