@@ -499,6 +499,30 @@ def test_a_tie_for_the_highest_score_is_the_highest_and_a_lower_score_is_not():
     assert _targets({**tie, "kernel_tuner-bayes_opt": figures(0.2, None)})["highest_score"]
     lower = {**tie, "optuna-tpe": figures(0.91, 30.0)}
     assert not _targets(lower)["highest_score"]
+    # The same figure summed in another order differs in its last bits: still a tie.
+    rounding = {**tie, "optuna-tpe": figures(0.9 + 5e-15, 30.0)}
+    assert _targets(rounding)["highest_score"]
+
+
+def test_the_benchmark_run_as_a_file_sees_iree_itself_not_bench_s_iree_module():
+    """``python bench/replay.py`` puts bench/ first on the path, where bench/iree.py
+    stood in for IREE's package: the IREE spaces lost IREE's own config, their seed."""
+    script = (
+        "import runpy, sys\n"
+        "sys.argv = [sys.argv[1]]\n"
+        "runpy.run_path(sys.argv[0], run_name='not_main')\n"
+        "import iree.compiler\n"
+        "print(iree.__file__)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(ROOT / "bench" / "replay.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+        cwd=ROOT / "bench",  # the folder first on the path, as running the file puts it
+    )
+    assert "/bench/" not in out.stdout, out.stdout + out.stderr[-2000:]
 
 
 def test_every_autosched_run_starts_with_the_fixed_trials_and_a_tie_there_is_the_target():
