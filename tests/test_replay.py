@@ -506,23 +506,29 @@ def test_a_tie_for_the_highest_score_is_the_highest_and_a_lower_score_is_not():
 
 def test_the_benchmark_run_as_a_file_sees_iree_itself_not_bench_s_iree_module():
     """``python bench/replay.py`` puts bench/ first on the path, where bench/iree.py
-    stood in for IREE's package: the IREE spaces lost IREE's own config, their seed."""
+    stood in for IREE's package: the IREE spaces lost IREE's own config, their seed, so
+    a replayed run spent one fixed trial (the default) where a live one spends two."""
     script = (
         "import runpy, sys\n"
-        "sys.argv = [sys.argv[1]]\n"
-        "runpy.run_path(sys.argv[0], run_name='not_main')\n"
+        "script, sample = sys.argv[1:]\n"
+        "sys.argv = [script]\n"
+        "replay = runpy.run_path(script, run_name='not_main')\n"
+        "from autosched.tuning.replay import load_caches\n"
+        "(cache,) = load_caches(sample)\n"
         "import iree.compiler\n"
-        "print(iree.__file__)\n"
+        "print(iree.__file__, replay['fixed_trials'](cache))\n"
     )
+    sample = ROOT / "bench" / "replay" / "matmul-512-iree-llvm-cpu-zen3.jsonl.gz"
     out = subprocess.run(
-        [sys.executable, "-c", script, str(ROOT / "bench" / "replay.py")],
+        [sys.executable, "-c", script, str(ROOT / "bench" / "replay.py"), str(sample)],
         capture_output=True,
         text=True,
         timeout=300,
         check=True,
         cwd=ROOT / "bench",  # the folder first on the path, as running the file puts it
     )
-    assert "/bench/" not in out.stdout, out.stdout + out.stderr[-2000:]
+    package, fixed = out.stdout.split()
+    assert "/bench/" not in package and fixed == "2", out.stdout + out.stderr[-2000:]
 
 
 def test_every_autosched_run_starts_with_the_fixed_trials_and_a_tie_there_is_the_target():
