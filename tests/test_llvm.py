@@ -56,7 +56,12 @@ def test_the_host_cpu_is_the_llvm_device_and_its_fingerprint_names_the_compilers
     assert fp["compute_units"] == len(os.sched_getaffinity(0)) == cpu.limits.cores
     assert fp["llvm_version"] == str(tvm.target.codegen.llvm_version_major())
     assert fp["tvm_version"] and fp["autosched_version"] == autosched.__version__
-    assert cpu.tvm_target() == {"kind": "llvm", "mcpu": fp["mcpu"], "num-cores": cpu.cores}
+    assert cpu.tvm_target() == {
+        "kind": "llvm",
+        "mcpu": fp["mcpu"],
+        "num-cores": cpu.cores,
+        "fast-math-reassoc": True,
+    }
     assert len(cpu.key()) == 16 and cpu.key() == host_cpu().key("llvm")
     assert cpu.family() != cpu.key()
     with pytest.raises(InvalidInputError, match="accepted: host"):
@@ -65,6 +70,48 @@ def test_the_host_cpu_is_the_llvm_device_and_its_fingerprint_names_the_compilers
         cpu.fingerprint("opencl")
     with pytest.raises(InvalidInputError, match="does not serve target 'opencl'"):
         select_device(cpu, target="opencl")
+
+
+def test_a_scalar_row_reduction_runs_in_vector_lanes_and_keeps_infinities(cpu):
+    """A reduction the schedule leaves scalar (197 columns, which no vector width
+    divides) is vectorised by LLVM under the host target's reassociation, and the sums
+    and an attention mask's -inf come out as numpy's: the flag reorders adds, it
+    assumes nothing about the values."""
+    import re
+
+    import tvm
+    from tvm import te
+
+    rows, cols = 64, 197
+    x = te.placeholder((rows, cols), name="x")
+    k = te.reduce_axis((0, cols), name="k")
+    total = te.compute((rows,), lambda i: te.sum(x[i, k], axis=k), name="total")
+    top = te.compute((rows,), lambda i: te.max(x[i, k], axis=k), name="top")
+    mod = tvm.IRModule({"main": te.create_prim_func([x, total, top])})
+
+    def vector_adds(target: dict) -> int:
+        executable = tvm.compile(mod, target=tvm.target.Target(target))
+        ir = executable.mod.inspect_source("ll")
+        return len(re.findall(r"fadd[^\n]*<\d+ x float>", ir)), executable
+
+    plain = {k: v for k, v in cpu.tvm_target().items() if k != "fast-math-reassoc"}
+    assert vector_adds(plain)[0] == 0  # without it LLVM keeps the adds in order
+    adds, executable = vector_adds(cpu.tvm_target())
+    assert adds > 0
+    xs = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
+    xs[::3, 100:] = -np.inf
+    xs[1, :] = -np.inf
+    dev = tvm.cpu(0)
+    out = [tvm.runtime.tensor(np.zeros(rows, np.float32), dev) for _ in range(2)]
+    executable["main"](tvm.runtime.tensor(xs, dev), *out)
+    got_total, got_top = (o.numpy() for o in out)
+    want = xs.astype(np.float64).sum(axis=1)
+    finite = np.isfinite(want)
+    assert np.all(np.isneginf(got_total[~finite])) and (~finite).sum() == 23
+    np.testing.assert_allclose(got_total[finite], want[finite], rtol=0, atol=1e-4)
+    # (A row of -inf alone has TVM's identity of max as its max, the lowest finite float.)
+    some = np.isfinite(xs).any(axis=1)
+    np.testing.assert_array_equal(got_top[some], xs.max(axis=1)[some])
 
 
 def test_two_cpus_of_one_model_name_are_different_devices(cpu, monkeypatch):

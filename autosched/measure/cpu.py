@@ -89,8 +89,23 @@ class HostCPU:
         return device_limits(self.fingerprint(), "llvm")
 
     def tvm_target(self) -> dict[str, Any]:
-        """The TVM target (as the dict ``tvm.target.Target`` takes) kernels are built for."""
-        return {"kind": "llvm", "mcpu": self.mcpu, "num-cores": self.cores}
+        """The TVM target (as the dict ``tvm.target.Target`` takes) kernels are built for:
+        tuned, compiled (autosched's compile API, Relax builds) and built for the peers alike.
+
+        ``fast-math-reassoc`` lets LLVM reorder floating-point adds and multiplies, and
+        nothing else (no assumption that values are finite or not NaN: an attention mask's
+        -inf stays -inf). A reduction that a schedule leaves scalar, a softmax over 197
+        columns that no vector width divides, then runs in vector lanes; an explicit
+        ``vec`` already splits a reduction into that many partial results, the same
+        reordering. Same configs, built both ways, interleaved (AMD EPYC Zen 3, AVX2,
+        2026-12-03): the 2364 x 197 softmax 1.47-1.50x faster, the 1536 x 128 one, the
+        512^3 matmul and the ResNet 3x3 conv2d within 0.99-1.02x."""
+        return {
+            "kind": "llvm",
+            "mcpu": self.mcpu,
+            "num-cores": self.cores,
+            "fast-math-reassoc": True,
+        }
 
     def fingerprint(self, target: str = "llvm") -> dict:
         """Everything that can change a measurement: CPU, cores, compilers."""
