@@ -89,14 +89,15 @@ def test_a_scalar_row_reduction_runs_in_vector_lanes_and_keeps_infinities(cpu):
     top = te.compute((rows,), lambda i: te.max(x[i, k], axis=k), name="top")
     mod = tvm.IRModule({"main": te.create_prim_func([x, total, top])})
 
-    def vector_adds(target: dict) -> int:
+    def build(target: dict):
+        """The executable for ``target`` and the vector adds in its LLVM IR."""
         executable = tvm.compile(mod, target=tvm.target.Target(target))
         ir = executable.mod.inspect_source("ll")
-        return len(re.findall(r"fadd[^\n]*<\d+ x float>", ir)), executable
+        return executable, len(re.findall(r"fadd[^\n]*<\d+ x float>", ir))
 
-    plain = {k: v for k, v in cpu.tvm_target().items() if k != "fast-math-reassoc"}
-    assert vector_adds(plain)[0] == 0  # without it LLVM keeps the adds in order
-    adds, executable = vector_adds(cpu.tvm_target())
+    plain = {name: v for name, v in cpu.tvm_target().items() if name != "fast-math-reassoc"}
+    assert build(plain)[1] == 0  # without it LLVM keeps the adds in order
+    executable, adds = build(cpu.tvm_target())
     assert adds > 0
     xs = np.random.default_rng(0).standard_normal((rows, cols)).astype(np.float32)
     xs[::3, 100:] = -np.inf
