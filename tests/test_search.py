@@ -26,7 +26,15 @@ from autosched.records.record import Record
 from autosched.search import make_strategy
 from autosched.search.base import score
 from autosched.search.evolutionary import EvolutionarySearch, diverse
-from autosched.search.sources import FIRST_PICKS, Blend, grouped_kendall, kendall, tau_noise
+from autosched.search.sources import (
+    FIRST_PICKS,
+    TIE_DECIMALS,
+    Blend,
+    grouped_kendall,
+    kendall,
+    ranks,
+    tau_noise,
+)
 from autosched.space.config import Config
 from autosched.space.device import device_limits, similarity, vector_shape
 from autosched.space.select import make_space
@@ -330,9 +338,14 @@ def test_a_less_alike_device_s_top_picks_come_later(records, limits):
     blend = Blend(space, seed=0, members=3)
     blend.add_transfer("other-device", theirs, _space_for(limits))
     transfer = blend.transfer["other-device"].predict
-    # Leave out the configs both rank in their first ten, and the transfer's favourites
-    # the prior ranks in its first 40 (past both paces below): the two orders then differ.
+    # Leave out the configs both rank in their first ten, the transfer's favourites the
+    # prior ranks in its first 40 (past both paces below), and the prior's ties (the
+    # transfer orders those, see below): the two orders then differ.
     while True:
+        X = featurize(space, configs)
+        prior = np.round(prior_score(X), TIE_DECIMALS)
+        _, first = np.unique(prior, return_index=True)
+        configs = [configs[i] for i in sorted(first)]
         X = featurize(space, configs)
         prior_first = np.argsort(-prior_score(X), kind="stable")
         both = set(prior_first[:10]) & set(np.argsort(-transfer(X))[:10])
@@ -358,6 +371,30 @@ def test_a_less_alike_device_s_top_picks_come_later(records, limits):
         assert order[:n] == prior_order[:n].tolist() and order[n] == top
         ahead.append(n)
     assert ahead[0] < ahead[1]  # a less alike device's picks come later
+
+
+def test_where_the_prior_ties_the_other_sources_order_the_tied_configs(records, limits):
+    target = _one_shape(records)
+    space = _space_for(limits)(target[0].workload)
+    configs = space.sample(np.random.default_rng(1), 300)
+    X = featurize(space, configs)
+    prior = np.round(prior_score(X), TIE_DECIMALS)
+    groups = [np.flatnonzero(prior == v) for v in np.unique(prior)]
+    groups = [g for g in groups if len(g) >= 2]
+    assert sum(len(g) for g in groups) >= 10  # configs the device's properties cannot part
+    # Before measurements: the prior's turns take its tied configs in the order another
+    # device's model ranks them (the draw's order said nothing).
+    blend = Blend(space, seed=0, members=3)
+    blend.add_transfer("other-device", _other_device_records(records, target), _space_for(limits))
+    blend.refit([], [], _space_for(limits))
+    transfer = blend.transfer["other-device"].predict(X)
+    place = np.empty(len(configs), dtype=int)
+    place[np.argsort(-blend.score(configs), kind="stable")] = np.arange(len(configs))
+    for g in groups:
+        assert place[g[np.argsort(-transfer[g])]].tolist() == sorted(place[g].tolist())
+    # Once weighed, a tie counts as one: the tied configs share their mean rank.
+    assert ranks(np.array([3.0, 1.0, 3.0, 2.0])) == pytest.approx([5 / 6, 0, 5 / 6, 1 / 3])
+    assert ranks(np.array([1.0, 1.0 + 1e-9])) == pytest.approx([0.5, 0.5])
 
 
 def test_a_source_the_prior_already_explains_has_less_say_before_measurements(records, limits):

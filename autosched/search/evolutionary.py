@@ -293,7 +293,9 @@ class EvolutionarySearch:
                 first[c.key] = c
         fresh = [c for c in fresh if c.key not in first]
         scores = self.blend.score(fresh)
-        ranked = [fresh[i] for i in np.argsort(-scores, kind="stable")]
+        # Configs the blend scores alike go latest-bred first: the pool holds random
+        # draws, then the parents' mutations, then each generation's offspring.
+        ranked = [fresh[i] for i in np.lexsort((-np.arange(len(fresh)), -scores))]
         n_random = int(round(self.epsilon * n))
         picked = [*first.values(), *diverse(ranked, n - n_random - len(first))]
         tile_pick = self._tile_pick(picked, fresh)

@@ -50,6 +50,15 @@ device's records well it says what their model would, and the model's turns only
 delayed the prior's picks (replay, ResNet-18's 7x7 conv on llvm, prior tau 0.48-0.52 on
 the other Zen's sample: 18.5 trials to 95 % with transfer against 10 cold, 8 now; the
 samples where transfer took more trials than cold went from four to one).
+
+Ties. The prior scores whole groups of configs alike, and what parts them is nothing
+the fingerprint says (on the softmax samples the llvm prior's top level is 19 configs
+that differ only in rows per task, the OpenCL one's six that differ in work-group
+size). :func:`ranks` gives tied scores their mean rank, so once the sources are weighed
+a tie says nothing and the other sources order its configs; before that, the prior's
+turns take its tied configs in the order of all sources' mean rank (each weighed by its
+device's similarity), so other devices' records decide what this device's properties
+cannot. Before, ties fell to the order the population was drawn in: a seed's luck.
 """
 
 from __future__ import annotations
@@ -76,6 +85,7 @@ OWN_FLOOR = 0.05  # a fitted own model keeps at least this weight: the data is t
 # Before any measurement, the position in the prior's ranking that a source of similarity
 # s starts at is FIRST_PICKS * (1/s - 1): one batch's worth of picks sets the scale.
 FIRST_PICKS = 8
+TIE_DECIMALS = 6  # scores this close are a tie (the prior's are log2 throughputs)
 
 
 @dataclass
@@ -103,16 +113,25 @@ def tau_noise(n: int) -> float:
     return math.sqrt(2 * (2 * n + 5) / (9 * n * (n - 1))) if n >= 2 else 1.0
 
 
-def positions(values: np.ndarray) -> np.ndarray:
-    """Each value's place when sorted best (highest) first: 0, 1, ... (ties by order)."""
-    return np.argsort(np.argsort(-values, kind="stable"), kind="stable")
+def positions(values: np.ndarray, tiebreak: np.ndarray | None = None) -> np.ndarray:
+    """Each value's place when sorted best (highest) first: 0, 1, ...; equal values
+    (to :data:`TIE_DECIMALS`) are ordered by ``tiebreak`` (highest first), then by order."""
+    values = np.round(values, TIE_DECIMALS)
+    keys = (-values,) if tiebreak is None else (-np.asarray(tiebreak), -values)
+    order = np.lexsort(keys)
+    out = np.empty(len(order), dtype=np.int64)
+    out[order] = np.arange(len(order))
+    return out
 
 
 def ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks scaled to [0, 1] (ties broken by order): comparable across scorers."""
+    """Ranks scaled to [0, 1], equal values (to :data:`TIE_DECIMALS`) sharing their
+    mean rank: comparable across scorers."""
+    from scipy.stats import rankdata
+
     if len(values) < 2:
         return np.zeros(len(values))
-    return np.argsort(np.argsort(values, kind="stable"), kind="stable") / (len(values) - 1)
+    return (rankdata(np.round(values, TIE_DECIMALS)) - 1) / (len(values) - 1)
 
 
 class Blend:
@@ -217,8 +236,17 @@ class Blend:
         """The blended rank of each config (higher = measure sooner)."""
         X = featurize(self.space, configs, names=self.names)
         if not self.weighed and len(self.sources) > 1:  # each source's top picks, in turn
+            preds = [s.predict(X) for s in self.sources]
+            rk = [ranks(p) for p in preds]
+            trust = np.array([s.similar for s in self.sources])
+            tiebreak = np.average(rk, axis=0, weights=trust) if trust.sum() > 0 else None
+            # A source that scores every config alike (a GPU's prior without its compute
+            # units) has no picks of its own: its turns go in the population's order.
             return np.max(
-                [s.similar / (FIRST_PICKS + positions(s.predict(X))) for s in self.sources],
+                [
+                    s.similar / (FIRST_PICKS + positions(p, tiebreak if np.ptp(p) > 0 else None))
+                    for s, p in zip(self.sources, preds)
+                ],
                 axis=0,
             )
         total = sum(s.weight for s in self.sources)
