@@ -479,6 +479,35 @@ def test_batches_are_diverse():
             assert sum(a.get(k) != b.get(k) for k in {*a, *b}) >= 2
 
 
+def test_configs_the_blend_scores_alike_go_latest_bred_first(limits):
+    space = make_space(workload("matmul", M=256, N=256, K=256), limits=limits)
+    search = EvolutionarySearch(
+        space, rng=np.random.default_rng(0), population=64, generations=1, epsilon=0.0
+    )
+    pool: dict[str, Config] = {}  # the search's pool, in the order configs enter it
+    calls = {n: getattr(space, n) for n in ("sample", "mutate", "crossover")}
+
+    def recorded(name):
+        def call(*args):
+            out = calls[name](*args)
+            for c in out if isinstance(out, list) else [out] if out is not None else []:
+                pool.setdefault(c.key, c)
+            return out
+
+        return call
+
+    for name in calls:
+        setattr(space, name, recorded(name))
+    search.blend.score = lambda configs: np.zeros(len(configs))  # a blend that knows nothing
+    try:
+        picked = search.propose(4)
+    finally:
+        for name in calls:
+            delattr(space, name)
+    assert len(pool) > 64  # draws, then offspring
+    assert picked[0].key == list(pool)[-1]
+
+
 @pytest.mark.parametrize("name", ["random", "tpe"])
 def test_other_families_records_are_not_this_devices(records, limits, name):
     shape = _one_shape(records)
