@@ -341,11 +341,10 @@ def test_a_less_alike_device_s_top_picks_come_later(records, limits):
     # Leave out the configs both rank in their first ten, the transfer's favourites the
     # prior ranks in its first 40 (past both paces below), and the prior's ties (the
     # transfer orders those, see below): the two orders then differ.
+    prior = np.round(prior_score(featurize(space, configs)), TIE_DECIMALS)
+    _, first = np.unique(prior, return_index=True)
+    configs = [configs[i] for i in sorted(first)]
     while True:
-        X = featurize(space, configs)
-        prior = np.round(prior_score(X), TIE_DECIMALS)
-        _, first = np.unique(prior, return_index=True)
-        configs = [configs[i] for i in sorted(first)]
         X = featurize(space, configs)
         prior_first = np.argsort(-prior_score(X), kind="stable")
         both = set(prior_first[:10]) & set(np.argsort(-transfer(X))[:10])
@@ -490,8 +489,9 @@ def test_configs_the_blend_scores_alike_go_latest_bred_first(limits):
     def recorded(name):
         def call(*args):
             out = calls[name](*args)
-            for c in out if isinstance(out, list) else [out] if out is not None else []:
-                pool.setdefault(c.key, c)
+            for c in out if isinstance(out, list) else [out]:
+                if c is not None:  # a mutation or crossover that found no valid config
+                    pool.setdefault(c.key, c)
             return out
 
         return call

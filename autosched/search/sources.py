@@ -238,8 +238,8 @@ class Blend:
         if not self.weighed and len(self.sources) > 1:  # each source's top picks, in turn
             preds = [s.predict(X) for s in self.sources]
             rk = [ranks(p) for p in preds]
-            trust = np.array([s.similar for s in self.sources])
-            tiebreak = np.average(rk, axis=0, weights=trust) if trust.sum() > 0 else None
+            # The prior is always a source, of similarity 1: the weights never sum to 0.
+            tiebreak = np.average(rk, axis=0, weights=[s.similar for s in self.sources])
             # A source that scores every config alike (a GPU's prior without its compute
             # units) has no picks of its own: its turns go in the population's order.
             return np.max(
