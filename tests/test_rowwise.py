@@ -283,6 +283,67 @@ def test_kernels_compute_the_reference(device, cpu, workers, name, target):
         assert outcome.status == "ok", (label, config, outcome.error)
 
 
+# Rows whose columns no vector width divides: a ViT's softmax over 197 tokens, a
+# layernorm over 100 features, a 7x7 pool.
+TAILS = {
+    "softmax": ("softmax", {"rows": 24, "cols": 197}),
+    "layernorm": ("layernorm", {"rows": 16, "cols": 100}),
+    "reduce_max": ("reduce", {"rows": 32, "cols": 49, "kind": "max"}),
+}
+CONFIGS_TAIL = {
+    "fused_vec8": {"vec": 8, "fuse": True},
+    "unfused_vec8_unroll4": {"vec": 8, "unroll": 4, "fuse": False},
+    "fused_vec16_unroll2": {"vec": 16, "unroll": 2, "fuse": True},
+}
+
+
+def test_vector_tails_are_offered_where_a_work_item_walks_the_row(cpu):
+    soft = workload("softmax", rows=24, cols=197)
+    opencl, llvm = (
+        make_space(soft, limits=LIMITS),
+        make_space(soft, target="llvm", limits=cpu.limits),
+    )
+    assert opencl.knob("vec").choices == llvm.knob("vec").choices == (1, 2, 4, 8, 16)
+    tail = opencl.default().replace(threads=4, vec=8, unroll=4)  # 25 vectors, the last 5/8
+    assert opencl.check(tail) is None
+    assert "does not divide cols=197" in opencl.check(tail.replace(reduce="group"))
+    assert opencl.describe(tail)["log_pad_waste"] == pytest.approx(math.log2(200 / 197))
+    # Work-items that split the columns among them take dividing widths only.
+    chain = workload("elementwise", rows=16, cols=197, ops="add+relu")
+    assert make_space(chain, limits=LIMITS).knob("vec").choices == (1,)
+    # At least one whole vector: 13 columns take no 16-wide one.
+    short = make_space(workload("reduce", rows=8, cols=13, kind="sum"), limits=LIMITS)
+    assert short.knob("vec").choices == (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+@pytest.mark.parametrize("name", list(TAILS))
+def test_vector_tails_compute_the_reference(device, cpu, workers, name, target):
+    op, params = TAILS[name]
+    wl = workload(op, **params)
+    space = make_space(wl, target=target, limits=cpu.limits if target == "llvm" else device.limits)
+    data = make_data(wl)
+    seen = set()
+    for label, changes in CONFIGS_TAIL.items():
+        changes = dict(changes)
+        if target == "opencl":
+            changes.update(reduce="item", threads=4)
+        else:
+            changes.update(rows_per_task=4)
+        config = _config(space, changes)
+        if config in seen:
+            continue
+        seen.add(config)
+        assert wl.cols % config["vec"], (label, config)  # a tail, not a divisor
+        assert space.check(config) is None, (label, space.check(config))
+        program = build(space, config)
+        if target == "opencl":  # whole vectors, and the tail's guard
+            vec = config["vec"]
+            assert f"float{vec}" in program.source and "if (" in program.source, label
+        outcome = workers[target].measure(program, data, FAST)
+        assert outcome.status == "ok", (label, config, outcome.error)
+
+
 # -- tuning -----------------------------------------------------------------------------
 
 TUNE = {

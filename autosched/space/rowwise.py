@@ -49,7 +49,12 @@ Tiles need not divide: ``rows_per_task``, ``threads`` over the rows (item mode),
 work-items of an elementwise nest, ``per_item`` and ``unroll`` may leave a last tile
 cut short by a guard, as in the contraction family, as long as they pad what they split
 by at most :data:`~autosched.space.space.MAX_PAD_WASTE`. The guards sit above the
-vector lanes, so ``vec`` (which divides the columns) stays one vector instruction.
+vector lanes, so each vector stays one vector instruction. Where a work-item (item mode)
+or a task (llvm) walks a row alone, ``vec`` need not divide the columns either: the
+row's last vector is a guarded tail, computed lane by lane, and the walk over the others
+is partitioned from it, so that they stay unguarded vector instructions (a ViT softmax's
+197 columns: 24 vectors of 8 and 5 columns). An elementwise nest and group mode split
+the columns among work-items and take widths that divide them.
 
 The default (:meth:`RowSpace.default`) is what TVM's default schedules do: every stage
 fused into one kernel (softmax's ``exp`` inlined into the row sum and the output, the
@@ -118,7 +123,17 @@ class RowSpace(Space):
     # -- construction ---------------------------------------------------------------
     def _make_knobs(self) -> list[Knob]:
         nest = self.nest
-        vecs = tuple(v for v in VECTOR_WIDTHS if nest.cols % v == 0)
+        # Vector widths: those dividing the columns, and those leaving the row a vector
+        # tail (at least one whole vector, padded by at most MAX_PAD_WASTE) where the
+        # work-item or task walks the row alone: the last vector is guarded, the others
+        # stay whole. An elementwise kernel's work-items and a work-group's (group mode)
+        # split the columns among them and take dividing widths only (see ``check``).
+        tails = self.target == "llvm" or not self.elementwise
+        vecs = tuple(
+            v
+            for v in VECTOR_WIDTHS
+            if nest.cols % v == 0 or (tails and nest.cols > v and fits(nest.cols, v))
+        )
         if nest.row_maps and self.target != "llvm":
             # A per-row flag (a mask) read under vectors becomes a vector select, and TVM
             # 0.27's OpenCL C passes it a condition of 0 / 1 lanes, where OpenCL's select
@@ -254,9 +269,10 @@ class RowSpace(Space):
             return reason
         nest = self.nest
         vec = config["vec"]
+        vectors = -(-nest.cols // vec)  # of a row, the last one cut short by a vector tail
         if self.target == "llvm":
-            if not fits(nest.cols // vec, config["unroll"]):
-                return f"unroll={config['unroll']} does not divide the {nest.cols // vec} vectors of a row{_PADS}"
+            if not fits(vectors, config["unroll"]):
+                return f"unroll={config['unroll']} does not divide the {vectors} vectors of a row{_PADS}"
         elif self.elementwise:
             per_item, threads = config["per_item"], config["threads"]
             if per_item % vec:
@@ -269,7 +285,7 @@ class RowSpace(Space):
             if config["reduce"] == "item":
                 if not fits(nest.rows, threads):
                     return f"threads={threads} does not divide rows={nest.rows}{_PADS}"
-                span = nest.cols // vec
+                span = vectors
             else:
                 if threads == 1:
                     return "reduce=group needs threads > 1 (one work-item is reduce=item)"
@@ -351,7 +367,9 @@ class RowSpace(Space):
             "staged": float(cross),
             "log_work_items": math.log2(threads * groups),
             "log_unroll": math.log2(unroll),
-            "log_pad_waste": 0.0,  # rows are never padded to whole tiles
+            # Rows are never padded to whole tiles; a vector tail computes its last
+            # vector's lanes one by one.
+            "log_pad_waste": math.log2(-(-nest.cols // vec) * vec / nest.cols),
             "reduce_group": float(group_mode),
             "fused_stages": float(fused),
             "unfused_stages": float(len(nest.stages) - fused),

@@ -3,9 +3,11 @@
 The same steps serve both targets:
 
 1. every fused map stage is inlined into its readers;
-2. every reduction is split on its own loop nest (``rfactor`` must see the block alone
-   under its outermost loop): into ``vec`` partial results for vector instructions,
-   and in group mode first into one partial result per work-item;
+2. each reduction, just before it moves under its kernel's row loop, is split on its
+   own loop nest (``rfactor`` must see the block alone under its outermost loop): into
+   ``vec`` partial results for vector instructions, and in group mode first into one
+   partial result per work-item; where ``vec`` leaves a vector tail, the last vector's
+   lanes are guarded and computed one by one;
 3. each kernel's root stage gets its row loop (work-groups and work-items on OpenCL, a
    parallel loop of tasks on llvm) and its column loop (vectors, unrolling, work-items
    in group mode); the fused reductions of the kernel, and the partial results of each
@@ -68,7 +70,9 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
         for name, rv in roots.items():
             if nest.block(name).kind == "reduce":
                 sch.fuse(*sch.get_loops(rv)[: nest.row_axes])
-    parts = {name: _split_reduction(sch, name, mode, threads, vec) for name in nest.reductions}
+    # Columns past the row's last whole vector: a vector tail (item mode and llvm; the
+    # space gives group mode widths that divide the columns).
+    tail = 0 if mode == "group" else nest.cols % vec
     for kernel in kernels:
         root = roots[kernel.root]
         if llvm:
@@ -79,14 +83,19 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
         else:
             anchor = _rows_opencl(sch, root, mode, threads)
         # Consumers first: a block moves under the row loop once all its readers are there.
+        # Each reduction is split where it is still alone in its own nest at the top (see
+        # _split_reduction), just before it moves: splitting all of them first broke
+        # TVM 0.27's analysis of the later ones once an earlier one's vector tail had
+        # been decomposed.
         for name in reversed((*kernel.reductions, kernel.root)):
-            if name not in parts:
+            if name not in nest.reductions:
                 continue
-            sch.compute_at(parts[name].block, anchor)
-            sch.set_scope(parts[name].block, 0, "local")
-            _finish_reduction(sch, parts[name], anchor, mode, vec, unroll)
+            part = _split_reduction(sch, name, mode, threads, vec)
+            sch.compute_at(part.block, anchor)
+            sch.set_scope(part.block, 0, "local")
+            _finish_reduction(sch, part, anchor, mode, vec, unroll, nest.cols)
         if nest.block(kernel.root).kind == "map":
-            _map_columns(sch, root, anchor, mode, threads, vec, unroll)
+            _map_columns(sch, root, anchor, mode, threads, vec, unroll, tail)
 
 
 # -- reductions -------------------------------------------------------------------------
@@ -109,18 +118,26 @@ def _split_reduction(sch, name: str, mode: str, threads: int, vec: int) -> _Redu
     return red
 
 
-def _finish_reduction(sch, red: _Reduction, anchor, mode: str, vec: int, unroll: int) -> None:
+def _finish_reduction(
+    sch, red: _Reduction, anchor, mode: str, vec: int, unroll: int, row_cols: int
+) -> None:
     """Compute ``red``'s partial results per row under ``anchor`` and lower each step.
 
     The reduction block itself is already under ``anchor`` (fused) or has ``anchor`` as
-    its own row loop (a kernel's root).
+    its own row loop (a kernel's root). Where ``vec`` does not divide ``row_cols``
+    (a vector tail: item mode, llvm), the lanes' step keeps its guard and the walk over
+    the vectors is partitioned, so that all but the last vector stay unguarded vector
+    instructions.
     """
+    tail = row_cols % vec if mode != "group" else 0
     at = anchor
     if mode == "group":
         (at,) = _below(sch, red.block, anchor)
         sch.bind(at, "threadIdx.x")
     for partial in reversed(red.partials):  # consumers first
         sch.compute_at(partial, at)
+        if tail and partial is red.partials[0]:
+            _guard_lanes(sch, partial, vec, row_cols)
         sch.set_scope(partial, 0, "local")
     steps = [*red.partials, red.block]
     # The innermost step walks the work-item's columns, ``vec`` lanes at a time; TVM
@@ -136,6 +153,8 @@ def _finish_reduction(sch, red: _Reduction, anchor, mode: str, vec: int, unroll:
     if cols is not None and unroll > 1:
         cols, inner = sch.split(cols, [None, unroll])
         sch.unroll(inner)
+    if cols is not None and tail:
+        sch.annotate(cols, "pragma_loop_partition_hint", 1)
     if walker is not red.block or mode != "group":
         if cols is not None or lanes is not None:
             sch.decompose_reduction(walker, cols if cols is not None else lanes)
@@ -148,6 +167,43 @@ def _finish_reduction(sch, red: _Reduction, anchor, mode: str, vec: int, unroll:
         if own:
             sch.unroll(own[0])
             sch.decompose_reduction(step, own[0])
+
+
+def _guard_lanes(sch, partial, vec: int, cols: int) -> None:
+    """Give back the guard ``compute_at`` dropped from a vector tail's lanes step.
+
+    The lanes' block reads column ``vector * vec + lane`` of a row, guarded where the
+    row ends mid-vector; TVM 0.27's ``compute_at`` regenerates its loops over whole
+    vectors and drops that guard (the last vector then read past the row). The guard is
+    rebuilt from the block's new bindings: its lane (the rfactor axis, first) and its
+    reduction axis over the vectors.
+    """
+    import tvm
+    from tvm.s_tir import SBlockRealize
+
+    loop = sch.get_loops(partial)[-1]
+    node = sch.get(loop)
+    realize = node.body
+    if not isinstance(realize, SBlockRealize):
+        raise TypeError(f"the lanes step is not alone in its innermost loop: {realize}")
+    iter_vars = list(realize.block.iter_vars)
+    (vector,) = [i for i, iv in enumerate(iter_vars) if iv.iter_type == _REDUCE]
+    values = realize.iter_values
+    guard = values[vector] * vec + values[0] < cols
+    body = SBlockRealize(values, guard, realize.block)
+    new = tvm.tirx.For(
+        node.loop_var,
+        node.min,
+        node.extent,
+        node.kind,
+        body,
+        node.thread_binding,
+        node.annotations,
+    )
+    sch.state.replace(sch.get_sref(loop), new, {realize.block: realize.block})
+
+
+_REDUCE = 2  # IterVar.iter_type of a reduction axis (kCommReduce)
 
 
 def _below(sch, block, anchor) -> list:
@@ -182,7 +238,9 @@ def _rows_cpu(sch, root, rows_per_task: int):
     return row
 
 
-def _map_columns(sch, root, anchor, mode: str, threads: int, vec: int, unroll: int) -> None:
+def _map_columns(
+    sch, root, anchor, mode: str, threads: int, vec: int, unroll: int, tail: int
+) -> None:
     """The column loop of a map root: work-items (group mode), unrolled vectors."""
     (cols,) = _below(sch, root, anchor)
     # The lanes come off first: a guard of a tile that does not divide stays above them.
@@ -191,7 +249,9 @@ def _map_columns(sch, root, anchor, mode: str, threads: int, vec: int, unroll: i
         _, tx, u = sch.split(vectors, [None, threads, unroll])
         sch.bind(tx, "threadIdx.x")
     else:
-        _, u = sch.split(vectors, [None, unroll])
+        walk, u = sch.split(vectors, [None, unroll])
+        if tail:  # the row's last vector is guarded: only the last step keeps the guard
+            sch.annotate(walk, "pragma_loop_partition_hint", 1)
     if vec > 1:
         sch.vectorize(v)
     if unroll > 1:
