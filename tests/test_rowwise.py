@@ -109,6 +109,7 @@ def test_the_row_nest_is_read_from_the_blocks():
     assert masked.row_maps == ("compute", "logical_not") and masked.row_axes == 3
     assert (masked.rows, masked.cols) == (16, 32)
     assert masked.block("p3").reads == ("p1", "p2", "T_softmax_norm")  # normalised names
+    assert masked.row_map_inputs == ("p1",)  # the mask the row maps read
 
 
 def test_a_nest_that_is_not_row_wise_is_refused():
@@ -342,6 +343,28 @@ def test_vector_tails_compute_the_reference(device, cpu, workers, name, target):
             assert f"float{vec}" in program.source and "if (" in program.source, label
         outcome = workers[target].measure(program, data, FAST)
         assert outcome.status == "ok", (label, config, outcome.error)
+
+
+def test_a_masked_softmax_takes_vectors_where_it_does_not_read_its_mask(device, workers):
+    """A ViT's attention: 197 columns (a vector tail) and a per-row mask. On OpenCL the
+    reductions run as vector instructions; the stage that reads the mask (the output's
+    ``where``) has its lanes unrolled into scalar selects, as TVM 0.27's vector select
+    there read 0 / 1 lanes as false and returned the softmax where the mask said z."""
+    wl = _masked_softmax((1, 2, 8, 197))
+    space = make_space(wl, limits=device.limits)
+    assert space.knob("vec").choices == (1, 2, 4, 8, 16)
+    config = space.default().replace(threads=4, vec=8)
+    assert space.flagged(config, "p3") and not space.flagged(config, "T_softmax_maxelem")
+    unfused = config.replace(**{f"fuse.{n}": False for n in space.nest.stages})
+    assert not space.flagged(unfused, "T_softmax_norm") and space.flagged(unfused, "p3")
+    data = make_data(wl)
+    masked = data.inputs["p1"].reshape(-1)
+    assert masked.any() and not masked.all()  # rows of both kinds
+    for c in (config, unfused):
+        program = build(space, c)
+        assert "float8" in program.source and "select(" not in program.source
+        outcome = workers["opencl"].measure(program, data, FAST)
+        assert outcome.status == "ok", (c, outcome.error)
 
 
 # -- tuning -----------------------------------------------------------------------------

@@ -219,6 +219,8 @@ class RowNest:
     # Maps over a unit column (one value per row, e.g. a mask cast to bool and negated):
     # every schedule inlines them first, in this order, into the blocks that read them.
     row_maps: tuple[str, ...] = ()
+    # The parameters those maps read: a block that reads one reads a row map.
+    row_map_inputs: tuple[str, ...] = ()
 
     @property
     def spatial(self) -> tuple[Axis, ...]:
@@ -352,6 +354,7 @@ def analyze_row_prim_func(func) -> RowNest:
         inputs=tuple(inputs.items()),
         row_axes=len(row_extents),
         row_maps=tuple(row_maps),
+        row_map_inputs=tuple(dict.fromkeys(n for srcs in row_maps.values() for n in srcs)),
     )
 
 

@@ -24,7 +24,9 @@ Knobs for ``target="opencl"`` on a nest with reductions:
   item mode: dividing the rows; group mode: ``threads * vec`` dividing the columns).
 * ``vec``: explicit vector width along the columns (``float16`` and friends). A
   reduction is split into ``vec`` partial results (``rfactor``), computed with vector
-  instructions and reduced at the end; maps are vectorised directly.
+  instructions and reduced at the end; maps are vectorised directly. A stage that reads
+  a per-row flag (a mask: :meth:`RowSpace.flagged`) has its ``vec`` lanes unrolled
+  into scalar selects instead, as TVM's OpenCL vector select reads the flag wrong.
 * ``unroll``: unroll factor of each work-item's loop over its vectors of columns (1, 2,
   4, 8, the small divisors of the columns, and the whole row when it has at most 64
   columns).
@@ -134,13 +136,6 @@ class RowSpace(Space):
             for v in VECTOR_WIDTHS
             if nest.cols % v == 0 or (tails and nest.cols > v and fits(nest.cols, v))
         )
-        if nest.row_maps and self.target != "llvm":
-            # A per-row flag (a mask) read under vectors becomes a vector select, and TVM
-            # 0.27's OpenCL C passes it a condition of 0 / 1 lanes, where OpenCL's select
-            # reads each lane's sign bit: every lane took the false branch (a masked
-            # softmax returned its softmax where the mask said zero). Scalar selects
-            # (C's ?:) are right; LLVM's vector selects are too.
-            vecs = (1,)
         limit = min(MAX_THREADS, self.limits.max_work_group_size, self.limits.max_work_item_size)
         threads = tuple(2**e for e in range(int(math.log2(max(limit, 1))) + 1))
         # Unroll factors: powers of two, small divisors of the columns, and the whole row
@@ -246,6 +241,14 @@ class RowSpace(Space):
     def scratch(self, config: Config) -> tuple[str, ...]:
         """Intermediates ``config`` keeps in global memory between kernels."""
         return tuple(n for n in self.nest.stages if not config[f"fuse.{n}"])
+
+    def flagged(self, config: Config, name: str) -> bool:
+        """Whether stage ``name`` reads a row map (a per-row flag), itself or through a
+        map inlined into it: on OpenCL its lanes are not vectorised (see
+        :mod:`~autosched.space.rowwise_schedule`)."""
+        flags = set(self.nest.row_map_inputs)
+        stages = (name, *self._inlined_into(config, [name]))
+        return any(flags & set(self.nest.block(s).reads) for s in stages)
 
     def threads(self, config: Config) -> int:
         """Work-items per work-group (OpenCL); 1 on llvm, where a task is one thread."""

@@ -17,7 +17,9 @@ In group mode the last step of each reduction has its loop over work-items bound
 ``threadIdx.x``, which TVM lowers to a tree all-reduce through local memory.
 
 Vectors pay only if the math in them stays vectorised: see
-:mod:`autosched.space.vector_math`, which every family's schedules get.
+:mod:`autosched.space.vector_math`, which every family's schedules get. On OpenCL a
+stage that reads a per-row flag (a mask) has its lanes unrolled instead (see
+:func:`_lanes`).
 """
 
 from __future__ import annotations
@@ -78,7 +80,8 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
         if llvm:
             anchor = _rows_cpu(sch, root, int(config["rows_per_task"]))
         elif space.elementwise:
-            _map_flat(sch, root, threads, int(config["per_item"]), vec)
+            lanes = _lanes(space, config, kernel.root)
+            _map_flat(sch, root, threads, int(config["per_item"]), vec, lanes)
             continue
         else:
             anchor = _rows_opencl(sch, root, mode, threads)
@@ -93,9 +96,27 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
             part = _split_reduction(sch, name, mode, threads, vec)
             sch.compute_at(part.block, anchor)
             sch.set_scope(part.block, 0, "local")
-            _finish_reduction(sch, part, anchor, mode, vec, unroll, nest.cols)
+            lanes = _lanes(space, config, name)
+            _finish_reduction(sch, part, anchor, mode, vec, unroll, nest.cols, lanes)
         if nest.block(kernel.root).kind == "map":
-            _map_columns(sch, root, anchor, mode, threads, vec, unroll, tail)
+            lanes = _lanes(space, config, kernel.root)
+            _map_columns(sch, root, anchor, mode, threads, vec, unroll, tail, lanes)
+
+
+def _lanes(space: RowSpace, config: Config, name: str) -> str:
+    """How stage ``name``'s vector lanes are lowered: ``vectorize``, or on OpenCL, where
+    the stage reads a per-row flag (a mask), ``unroll``.
+
+    A flag read under vectors becomes a vector select, and TVM 0.27's OpenCL C passes it
+    a condition of 0 / 1 lanes where OpenCL's ``select`` reads each lane's sign bit:
+    every lane took the false branch (a masked softmax returned its softmax where the
+    mask said zero). Unrolled lanes are scalar selects (C's ``?:``), which are right, and
+    the stage's other vector loads still come in whole vectors; LLVM's vector selects
+    are right.
+    """
+    if space.target != "llvm" and space.flagged(config, name):
+        return "unroll"
+    return "vectorize"
 
 
 # -- reductions -------------------------------------------------------------------------
@@ -119,7 +140,14 @@ def _split_reduction(sch, name: str, mode: str, threads: int, vec: int) -> _Redu
 
 
 def _finish_reduction(
-    sch, red: _Reduction, anchor, mode: str, vec: int, unroll: int, row_cols: int
+    sch,
+    red: _Reduction,
+    anchor,
+    mode: str,
+    vec: int,
+    unroll: int,
+    row_cols: int,
+    lanes_as: str = "vectorize",
 ) -> None:
     """Compute ``red``'s partial results per row under ``anchor`` and lower each step.
 
@@ -149,7 +177,7 @@ def _finish_reduction(
     if cols is not None and lanes is not None:
         sch.reorder(cols, lanes)
     if lanes is not None:
-        sch.vectorize(lanes)
+        getattr(sch, lanes_as)(lanes)
     if cols is not None and unroll > 1:
         cols, inner = sch.split(cols, [None, unroll])
         sch.unroll(inner)
@@ -239,7 +267,15 @@ def _rows_cpu(sch, root, rows_per_task: int):
 
 
 def _map_columns(
-    sch, root, anchor, mode: str, threads: int, vec: int, unroll: int, tail: int
+    sch,
+    root,
+    anchor,
+    mode: str,
+    threads: int,
+    vec: int,
+    unroll: int,
+    tail: int,
+    lanes_as: str = "vectorize",
 ) -> None:
     """The column loop of a map root: work-items (group mode), unrolled vectors."""
     (cols,) = _below(sch, root, anchor)
@@ -253,12 +289,14 @@ def _map_columns(
         if tail:  # the row's last vector is guarded: only the last step keeps the guard
             sch.annotate(walk, "pragma_loop_partition_hint", 1)
     if vec > 1:
-        sch.vectorize(v)
+        getattr(sch, lanes_as)(v)
     if unroll > 1:
         sch.unroll(u)
 
 
-def _map_flat(sch, root, threads: int, per_item: int, vec: int) -> None:
+def _map_flat(
+    sch, root, threads: int, per_item: int, vec: int, lanes_as: str = "vectorize"
+) -> None:
     """An elementwise kernel: ``per_item`` consecutive columns per work-item."""
     rows, cols = sch.get_loops(root)
     vectors, v = sch.split(cols, [None, vec])  # guards of the tiles stay above the lanes
@@ -267,4 +305,4 @@ def _map_flat(sch, root, threads: int, per_item: int, vec: int) -> None:
     sch.bind(g, "blockIdx.x")
     sch.bind(t, "threadIdx.x")
     if vec > 1:
-        sch.vectorize(v)
+        getattr(sch, lanes_as)(v)
