@@ -19,7 +19,7 @@ In group mode the last step of each reduction has its loop over work-items bound
 Vectors pay only if the math in them stays vectorised: see
 :mod:`autosched.space.vector_math`, which every family's schedules get. On OpenCL a
 stage that reads a per-row flag (a mask) has its lanes unrolled instead (see
-:func:`_lanes`).
+:func:`_vector_lanes`).
 """
 
 from __future__ import annotations
@@ -80,8 +80,8 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
         if llvm:
             anchor = _rows_cpu(sch, root, int(config["rows_per_task"]))
         elif space.elementwise:
-            lanes = _lanes(space, config, kernel.root)
-            _map_flat(sch, root, threads, int(config["per_item"]), vec, lanes)
+            as_vectors = _vector_lanes(space, config, kernel.root)
+            _map_flat(sch, root, threads, int(config["per_item"]), vec, as_vectors)
             continue
         else:
             anchor = _rows_opencl(sch, root, mode, threads)
@@ -96,16 +96,16 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
             part = _split_reduction(sch, name, mode, threads, vec)
             sch.compute_at(part.block, anchor)
             sch.set_scope(part.block, 0, "local")
-            lanes = _lanes(space, config, name)
-            _finish_reduction(sch, part, anchor, mode, vec, unroll, nest.cols, lanes)
+            as_vectors = _vector_lanes(space, config, name)
+            _finish_reduction(sch, part, anchor, mode, vec, unroll, nest.cols, as_vectors)
         if nest.block(kernel.root).kind == "map":
-            lanes = _lanes(space, config, kernel.root)
-            _map_columns(sch, root, anchor, mode, threads, vec, unroll, tail, lanes)
+            as_vectors = _vector_lanes(space, config, kernel.root)
+            _map_columns(sch, root, anchor, mode, threads, vec, unroll, tail, as_vectors)
 
 
-def _lanes(space: RowSpace, config: Config, name: str) -> str:
-    """How stage ``name``'s vector lanes are lowered: ``vectorize``, or on OpenCL, where
-    the stage reads a per-row flag (a mask), ``unroll``.
+def _vector_lanes(space: RowSpace, config: Config, name: str) -> bool:
+    """Whether stage ``name``'s lanes become vector instructions; on OpenCL, where the
+    stage reads a per-row flag (a mask), they are unrolled instead.
 
     A flag read under vectors becomes a vector select, and TVM 0.27's OpenCL C passes it
     a condition of 0 / 1 lanes where OpenCL's ``select`` reads each lane's sign bit:
@@ -114,9 +114,14 @@ def _lanes(space: RowSpace, config: Config, name: str) -> str:
     the stage's other vector loads still come in whole vectors; LLVM's vector selects
     are right.
     """
-    if space.target != "llvm" and space.flagged(config, name):
-        return "unroll"
-    return "vectorize"
+    return space.target == "llvm" or not space.flagged(config, name)
+
+
+def _lower_lanes(sch, loop, as_vectors: bool) -> None:
+    if as_vectors:
+        sch.vectorize(loop)
+    else:
+        sch.unroll(loop)
 
 
 # -- reductions -------------------------------------------------------------------------
@@ -147,7 +152,7 @@ def _finish_reduction(
     vec: int,
     unroll: int,
     row_cols: int,
-    lanes_as: str = "vectorize",
+    as_vectors: bool = True,
 ) -> None:
     """Compute ``red``'s partial results per row under ``anchor`` and lower each step.
 
@@ -177,7 +182,7 @@ def _finish_reduction(
     if cols is not None and lanes is not None:
         sch.reorder(cols, lanes)
     if lanes is not None:
-        getattr(sch, lanes_as)(lanes)
+        _lower_lanes(sch, lanes, as_vectors)
     if cols is not None and unroll > 1:
         cols, inner = sch.split(cols, [None, unroll])
         sch.unroll(inner)
@@ -275,7 +280,7 @@ def _map_columns(
     vec: int,
     unroll: int,
     tail: int,
-    lanes_as: str = "vectorize",
+    as_vectors: bool = True,
 ) -> None:
     """The column loop of a map root: work-items (group mode), unrolled vectors."""
     (cols,) = _below(sch, root, anchor)
@@ -289,14 +294,12 @@ def _map_columns(
         if tail:  # the row's last vector is guarded: only the last step keeps the guard
             sch.annotate(walk, "pragma_loop_partition_hint", 1)
     if vec > 1:
-        getattr(sch, lanes_as)(v)
+        _lower_lanes(sch, v, as_vectors)
     if unroll > 1:
         sch.unroll(u)
 
 
-def _map_flat(
-    sch, root, threads: int, per_item: int, vec: int, lanes_as: str = "vectorize"
-) -> None:
+def _map_flat(sch, root, threads: int, per_item: int, vec: int, as_vectors: bool = True) -> None:
     """An elementwise kernel: ``per_item`` consecutive columns per work-item."""
     rows, cols = sch.get_loops(root)
     vectors, v = sch.split(cols, [None, vec])  # guards of the tiles stay above the lanes
@@ -305,4 +308,4 @@ def _map_flat(
     sch.bind(g, "blockIdx.x")
     sch.bind(t, "threadIdx.x")
     if vec > 1:
-        getattr(sch, lanes_as)(v)
+        _lower_lanes(sch, v, as_vectors)
