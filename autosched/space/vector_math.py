@@ -60,28 +60,28 @@ def vector_math() -> None:
         ]
         return tirx.Shuffle(lanes, list(range(dtype.lanes)))
 
-    scalar_exp = tvm.ir.Op.get("tirx.exp").get_attr("llvm.FLowerIntrinsic")
-
-    def lower_exp(call):
-        dtype = _dtype(call)
-        if dtype.bits == 32 and dtype.is_float:
-            return _exp_cephes(call.args[0], str(dtype))
-        return scalar_exp(call)
-
-    scalar_tanh = tvm.ir.Op.get("tirx.tanh").get_attr("llvm.FLowerIntrinsic")
-
-    def lower_tanh(call):
-        dtype = _dtype(call)
-        if dtype.bits == 32 and dtype.is_float:
-            return _tanh_rational(call.args[0], str(dtype))
-        return scalar_tanh(call)
-
     tvm.ir.register_op_attr("tirx.erf", "llvm.FLowerIntrinsic", lower_erf, level=20)
-    if scalar_exp is not None:
-        tvm.ir.register_op_attr("tirx.exp", "llvm.FLowerIntrinsic", lower_exp, level=20)
-    if scalar_tanh is not None:
-        tvm.ir.register_op_attr("tirx.tanh", "llvm.FLowerIntrinsic", lower_tanh, level=20)
+    _lower_float32("tirx.exp", _exp_cephes)
+    _lower_float32("tirx.tanh", _tanh_rational)
     _VECTOR_MATH_READY = True
+
+
+def _lower_float32(op_name: str, arithmetic) -> None:
+    """Lower ``op_name`` on llvm to ``arithmetic(x, dtype)`` for float32, vector or
+    scalar; other types keep TVM's own rule."""
+    import tvm
+
+    original = tvm.ir.Op.get(op_name).get_attr("llvm.FLowerIntrinsic")
+    if original is None:
+        return
+
+    def lower(call):
+        dtype = _dtype(call)
+        if dtype.bits == 32 and dtype.is_float:
+            return arithmetic(call.args[0], str(dtype))
+        return original(call)
+
+    tvm.ir.register_op_attr(op_name, "llvm.FLowerIntrinsic", lower, level=20)
 
 
 def _dtype(call):
@@ -138,35 +138,28 @@ _EXP_MIN, _EXP_MAX = -87.33654, 88.72283  # the normal float32 range of exp
 
 
 def _erf_rational(x, dtype: str):
-    from tvm import tirx
-
-    def c(v: float):
-        return tirx.const(v, dtype)
-
-    xc = tirx.max(tirx.min(x, c(4.0)), c(-4.0))
-    x2 = xc * xc
-    num = c(_ERF_NUM[0])
-    for coef in _ERF_NUM[1:]:
-        num = num * x2 + c(coef)
-    den = c(_ERF_DEN[0])
-    for coef in _ERF_DEN[1:]:
-        den = den * x2 + c(coef)
-    return tirx.Select(tirx.isnan(x), x, xc * num / den)
+    return _odd_rational(x, dtype, 4.0, _ERF_NUM, _ERF_DEN)
 
 
 def _tanh_rational(x, dtype: str):
+    return _odd_rational(x, dtype, _TANH_CLAMP, _TANH_NUM, _TANH_DEN)
+
+
+def _odd_rational(x, dtype: str, clamp: float, num_coefs, den_coefs):
+    """``x * num(x^2) / den(x^2)`` with ``x`` clamped to ``[-clamp, clamp]`` (Horner,
+    highest power first); NaN stays NaN."""
     from tvm import tirx
 
     def c(v: float):
         return tirx.const(v, dtype)
 
-    xc = tirx.max(tirx.min(x, c(_TANH_CLAMP)), c(-_TANH_CLAMP))
+    xc = tirx.max(tirx.min(x, c(clamp)), c(-clamp))
     x2 = xc * xc
-    num = c(_TANH_NUM[0])
-    for coef in _TANH_NUM[1:]:
+    num = c(num_coefs[0])
+    for coef in num_coefs[1:]:
         num = num * x2 + c(coef)
-    den = c(_TANH_DEN[0])
-    for coef in _TANH_DEN[1:]:
+    den = c(den_coefs[0])
+    for coef in den_coefs[1:]:
         den = den * x2 + c(coef)
     return tirx.Select(tirx.isnan(x), x, xc * num / den)
 
