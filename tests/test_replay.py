@@ -41,7 +41,12 @@ from bench.replay_metrics import (  # noqa: E402
     transfer_summary,
     trials_to,
 )
-from bench.replay_strategies import KernelTunerReplay, autosched_run, fixed_trials  # noqa: E402
+from bench.replay_strategies import (  # noqa: E402
+    BATCH,
+    KernelTunerReplay,
+    autosched_run,
+    fixed_trials,
+)
 
 ZEN4 = ROOT / "bench" / "replay" / "matmul-512-opencl-zen4.jsonl.gz"
 AWKWARD_ZEN4 = ROOT / "bench" / "replay" / "matmul-127x1000x333-opencl-zen4.jsonl.gz"
@@ -475,11 +480,16 @@ def test_work_groups_the_h100_kept_refusing_are_no_longer_proposed():
 
     def refusals(c, seed):
         keys = autosched_run(c, "model", seed, 64)
-        return sum(c.records[k].status == "invalid" for k in keys)
+        return [i for i, k in enumerate(keys) if c.records[k].status == "invalid"]
 
-    # The search's 64 trials hold at most the three refusals it learns from and
-    # whatever was in flight then (on this sample 3 to 5, against 4 to 6 without).
-    assert all(refusals(cache, seed) <= 5 for seed in range(2))
+    # Once the third refusal is in, what follows holds refusals only in its own batch and
+    # the one proposed while it was measured (in flight), never later. A count would read
+    # one CPU's float sums: at most five where this was written, six on a Xeon (seed 0:
+    # trials 8, 19, 21-24). Without the cap both seeds propose refused groups later on
+    # (there: trials 32, 40, 63 and 24, 40, 48).
+    for seed in range(2):
+        trials = refusals(cache, seed)
+        assert len(trials) >= 3 and trials[-1] <= trials[2] + 2 * BATCH, (seed, trials)
     h200 = ROOT / "bench" / "replay" / "matmul-512-opencl-h200.jsonl.gz"
     (other,) = caches_from_records(read_records(h200))
     view = ReplayRunner([other]).space(other.workload, target=other.target, slot=other.slot)
