@@ -4,31 +4,40 @@ out of a padded buffer) and an input's panels (``stage=pack``)."""
 
 from __future__ import annotations
 
-import math
-
 
 def schedule_elementwise(sch, block, vec: int) -> None:
-    """Its own kernel: one work-item per ``vec`` consecutive outputs, 64 per group.
+    """Its own kernel: each work-item ``v`` consecutive outputs along the last axis, up to
+    64 work-items per group.
 
-    Where no group of at least 8 divides the outputs (odd extents: copying the real
-    outputs out of a padded one), a group is 64 consecutive outputs along the last axis,
-    the last of each row guarded (single-item groups are slow).
+    ``v`` is the widest power of two up to ``vec`` that divides the last axis, so that a
+    work-item's lanes never cross a row: copying the real outputs out of a padded buffer
+    (a 127x1000 matmul's outputs from a 128x1008 one) reads whole vectors of a row even
+    where ``vec`` does not divide the count of outputs. Where no group of at least 8
+    divides the work-items (odd extents), a group is 64 of a row's, the last of each row
+    guarded (single-item groups are slow; groups over all rows at once, each work-item
+    dividing its index by the row's length, ran PoCL's 251x509 copy 8 % slower).
     """
-    loops = sch.get_loops(block)
-    total = math.prod(int(sch.get(lp).extent) for lp in loops)
-    v = vec if total % vec == 0 else 1
+    loops = list(sch.get_loops(block))
+    last = int(sch.get(loops[-1]).extent)
+    v = 1
+    while 2 * v <= vec and last % (2 * v) == 0:
+        v *= 2
+    if v > 1:
+        items, lanes = sch.split(loops.pop(), [None, v])
+        sch.vectorize(lanes)
+        loops.append(items)
+    total = 1
+    for lp in loops:
+        total *= int(sch.get(lp).extent)
     per_group = 64
-    while total % (per_group * v):
+    while total % per_group:
         per_group //= 2
     if per_group >= 8:
-        g, t, inner = sch.split(sch.fuse(*loops), [None, per_group, v])
-        sch.bind(g, "blockIdx.x")
-        sch.bind(t, "threadIdx.x")
-        if v > 1:
-            sch.vectorize(inner)
-        return
-    outer, t = sch.split(loops[-1], [None, 64])
-    sch.bind(sch.fuse(*loops[:-1], outer), "blockIdx.x")
+        g, t = sch.split(sch.fuse(*loops) if len(loops) > 1 else loops[0], [None, per_group])
+    else:  # a row's work-items in groups of 64, its last group guarded: no division
+        outer, t = sch.split(loops.pop(), [None, 64])
+        g = sch.fuse(*loops, outer) if loops else outer
+    sch.bind(g, "blockIdx.x")
     sch.bind(t, "threadIdx.x")
 
 
