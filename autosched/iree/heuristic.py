@@ -42,7 +42,7 @@ def iree_default_config(space, *, vulkan_target: str | None = None) -> Config | 
         flags = compile_flags(
             space.target,
             vulkan_target=vulkan_target or "llvmpipe",
-            llvm_cpu=space.limits.llvm_cpu or "host",
+            llvm_cpu=_llvm_cpu(space.limits),
         )
         out = compile_mlir(
             emit(space.workload),
@@ -55,6 +55,23 @@ def iree_default_config(space, *, vulkan_target: str | None = None) -> Config | 
         return None
     config = _cpu_config(space, out) if space.cpu else _spirv_config(space, out)
     return config if config is not None and space.check(config) is None else None
+
+
+def _llvm_cpu(limits) -> str:
+    """The CPU to ask IREE's config for: the one the device's fingerprint names; else
+    this host where it has the device's vector width (a live tune); else the generic
+    x86-64 level of that width, so that a sample replayed on another CPU keeps its own
+    seed (an AVX2 Zen 3's sample replayed on an AVX-512 Xeon got the Xeon's config,
+    16-lane vectors outside its space, and no seed; x86-64-v3 gives the Zen 3's own)."""
+    if limits.llvm_cpu or not limits.is_cpu:
+        return limits.llvm_cpu or "host"
+    from autosched.measure.cpu import host_cpu
+
+    isa = host_cpu().isa
+    host_bits = 512 if "avx512f" in isa else 256 if {"avx", "avx2"} & set(isa) else 128
+    if host_bits == limits.vector_bits:
+        return "host"
+    return {512: "x86-64-v4", 256: "x86-64-v3"}.get(limits.vector_bits, "x86-64-v2")
 
 
 def _spirv_config(space, out: str) -> Config | None:
