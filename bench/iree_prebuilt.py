@@ -163,15 +163,15 @@ def _cpu_here(fields: dict) -> dict:
     """This machine's CPU as the fingerprint names it; it must have the cores and the
     vector width the bundle's space was pruned for."""
     from autosched.measure.cpu import _cpuinfo, _usable_cores, cpu_model_id, cpu_name, isa_of
-    from autosched.measure.iree_device import _vector_bits
+    from autosched.measure.iree_device import vector_bits
 
     info = _cpuinfo()
     isa = isa_of(info)
     cores = _usable_cores()
-    if cores != fields["cores"] or _vector_bits(isa) != fields["vector_bits"]:
+    if cores != fields["cores"] or vector_bits(isa) != fields["vector_bits"]:
         sys.exit(
             f"the bundle was built for {fields['cores']} cores of {fields['vector_bits']}-bit "
-            f"vectors; this machine has {cores} of {_vector_bits(isa)}"
+            f"vectors; this machine has {cores} of {vector_bits(isa)}"
         )
     name = cpu_name(info)
     return {"name": name, "cpu_name": name, "cpu_model": cpu_model_id(), "isa": isa}

@@ -17,7 +17,7 @@ import re
 from autosched.errors import DeviceError, ScheduleError
 from autosched.iree.linalg import PARALLEL, emit
 from autosched.iree.toolchain import compile_flags, compile_mlir
-from autosched.measure.iree_device import spirv_target
+from autosched.measure.iree_device import spirv_target, vector_bits
 from autosched.space.config import Config
 
 log = logging.getLogger(__name__)
@@ -67,9 +67,7 @@ def _llvm_cpu(limits) -> str:
         return limits.llvm_cpu or "host"
     from autosched.measure.cpu import host_cpu
 
-    isa = host_cpu().isa
-    host_bits = 512 if "avx512f" in isa else 256 if {"avx", "avx2"} & set(isa) else 128
-    if host_bits == limits.vector_bits:
+    if vector_bits(host_cpu().isa) == limits.vector_bits:
         return "host"
     return {512: "x86-64-v4", 256: "x86-64-v3"}.get(limits.vector_bits, "x86-64-v2")
 

@@ -139,7 +139,8 @@ def iree_version() -> str:
     return str(VERSION)
 
 
-def _vector_bits(isa: tuple[str, ...]) -> int:
+def vector_bits(isa: tuple[str, ...]) -> int:
+    """The widest x86 vector a CPU with these extensions runs, in bits."""
     if "avx512f" in isa:
         return 512
     if "avx" in isa or "avx2" in isa:
@@ -167,7 +168,7 @@ def cpu_device(
         max_invocations=1,
         shared_bytes=0,
         subgroup_size=0,
-        vector_bits=_vector_bits(isa),
+        vector_bits=vector_bits(isa),
         isa=isa,
         vulkan_target="",
         iree_version=version,
@@ -248,7 +249,7 @@ def device_from_info(info: dict, index: int, cpu, version: str) -> IreeDevice:
         max_invocations=min(info.get("maxComputeWorkGroupInvocations", 128), threads),
         shared_bytes=min(info.get("maxComputeSharedMemorySize", 16384), memory),
         subgroup_size=info.get("subgroupSize", 32),
-        vector_bits=_vector_bits(cpu.isa),
+        vector_bits=vector_bits(cpu.isa),
         isa=cpu.isa if is_cpu else (),
         vulkan_target=target,
         iree_version=version,

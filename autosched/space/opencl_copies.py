@@ -4,6 +4,8 @@ out of a padded buffer) and an input's panels (``stage=pack``)."""
 
 from __future__ import annotations
 
+import math
+
 
 def schedule_elementwise(sch, block, vec: int) -> None:
     """Its own kernel: each work-item ``v`` consecutive outputs along the last axis, up to
@@ -26,17 +28,15 @@ def schedule_elementwise(sch, block, vec: int) -> None:
         items, lanes = sch.split(loops.pop(), [None, v])
         sch.vectorize(lanes)
         loops.append(items)
-    total = 1
-    for lp in loops:
-        total *= int(sch.get(lp).extent)
+    total = math.prod(int(sch.get(lp).extent) for lp in loops)
     per_group = 64
     while total % per_group:
         per_group //= 2
     if per_group >= 8:
-        g, t = sch.split(sch.fuse(*loops) if len(loops) > 1 else loops[0], [None, per_group])
+        g, t = sch.split(sch.fuse(*loops), [None, per_group])
     else:  # a row's work-items in groups of 64, its last group guarded: no division
         outer, t = sch.split(loops.pop(), [None, 64])
-        g = sch.fuse(*loops, outer) if loops else outer
+        g = sch.fuse(*loops, outer)
     sch.bind(g, "blockIdx.x")
     sch.bind(t, "threadIdx.x")
 
