@@ -58,6 +58,12 @@ DEVICE_FEATURES: tuple[str, ...] = (
     "dev_local_emulated",
     "dev_log_group",
 )
+# Workload features every space has, at fixed positions after the device's.
+FIXED_WORKLOAD: tuple[str, ...] = ("w_log_flops",)
+
+# log2 of the flops a parallel task's fixed cost is worth where one thread runs each task
+# alone (a target without work-groups): see prior_score.
+LOG_TASK_COST = 10.0
 
 _CACHE_LIMIT = 200_000  # rows per space; a search over millions of configs starts afresh
 _caches: weakref.WeakKeyDictionary[Space, dict[Config, np.ndarray]] = weakref.WeakKeyDictionary()
@@ -92,7 +98,8 @@ def feature_names(space: Space) -> list[str]:
     if names is None:
         described = list(space.describe(space.default()))
         rest = [n for n in described if n not in CORE_FEATURES]
-        names = (*CORE_FEATURES, *DEVICE_FEATURES, *rest, *_workload_features(space))
+        workload = [n for n in _workload_features(space) if n not in FIXED_WORKLOAD]
+        names = (*CORE_FEATURES, *DEVICE_FEATURES, *FIXED_WORKLOAD, *rest, *workload)
         _names[space] = names
     return list(names)
 
@@ -195,6 +202,23 @@ def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
     2-vector x 7 tile in 2 tasks 275th of 20,000 drawn configs; with them it is 52nd,
     0.02 below the padded one.
     Remeasured side by side, those two tiles' best configs ran 1.50 and 1.23 ms.
+    Where the target has no work-groups (TVM's llvm, IREE's llvm-cpu: one thread runs
+    each parallel task alone), every task pays a fixed cost (its loops' set-up, a
+    reduction's vector partial results set and summed across the lanes) worth about
+    2^:data:`LOG_TASK_COST` flops: ``log2(1 + 2^10 / flops per task)`` comes off the
+    score. On the llvm softmax samples one config at 1, 2 and 8 rows per task ran at
+    0.41 / 0.60 / 0.87 of its best rows per task on the Xeon, 0.33 / 0.52 / 0.77 on the
+    Zen 5 and 0.32 / 0.65 / 0.78 on the Zen 3: a cost of 2^9.6 to 2^10.6 flops on every
+    one of them, AVX2 or AVX-512. On OpenCL the work-items of a group share it (PoCL
+    runs them as one loop): the Zen 3's OpenCL softmax ran best with a row per group.
+    And a CPU splits its tasks evenly over its cores, so g tasks on u cores take
+    ``ceil(g / u)`` rounds where ``g / u`` would do; that share comes off too (3 tasks
+    on 2 cores: the softmax config above ran at 0.79 / 0.84 / 0.81 of its best).
+    Replayed on a Xeon (20 seeds, every sample, 2026-12-04), these two terms took the
+    model search's median trials to 95 % summed over the 46 samples from 669.5 to 566
+    (the Xeon's and Zen 5's llvm softmax 19 -> 7 and 30 -> 7, the Zen 3's OpenCL 3x3
+    conv2d never -> 39.5) and its scores summed from 35.95 to 36.43; with transfer
+    389.5 -> 394.5 and 35.18 -> 35.17.
     The search weighs this prior by how well it ranks the device's own measurements
     (:mod:`autosched.search.evolutionary`), so a wrong prior fades.
     A GPU that does not say how many compute units it has (a Vulkan driver: vulkaninfo
@@ -205,13 +229,14 @@ def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
     -1.21 / -1.75 with it to 0.44 / 0.31 / 0.05 without it.
     """
     X = np.asarray(X, dtype=np.float64)
-    width = len(CORE_FEATURES) + len(DEVICE_FEATURES)
+    fixed = CORE_FEATURES + DEVICE_FEATURES + FIXED_WORKLOAD
+    width = len(fixed)
     if X.ndim != 2 or X.shape[1] < width:
         raise InvalidInputError(
             f"X of shape {X.shape} is not a feature matrix; accepted: featurize() output, "
-            f"whose first {width} columns are {', '.join(CORE_FEATURES + DEVICE_FEATURES)}"
+            f"whose first {width} columns are {', '.join(fixed)}"
         )
-    c = {n: X[:, j] for j, n in enumerate(CORE_FEATURES + DEVICE_FEATURES)}
+    c = {n: X[:, j] for j, n in enumerate(fixed)}
     lanes = c["dev_log_lanes"]
     explicit = c["dev_is_cpu"] * (c["log_vec"] > 0)  # a CPU config's own vectors
     held = np.where(explicit > 0, np.minimum(c["log_vec"], lanes), lanes)
@@ -222,6 +247,9 @@ def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
     dedicated = 1.0 - c["dev_local_emulated"]
     known = 1.0 - gpu * (c["dev_log_units"] == 0)  # a GPU of unknown compute units
     vector = float(vectors)
+    tasks = c["dev_is_cpu"] * (c["dev_log_group"] == 0)
+    units = np.exp2(np.round(c["dev_log_units"], 6))
+    groups = np.maximum(np.exp2(c["log_groups"]), units)
     return known * (
         vector * np.minimum(c["log_vec"], best_vec)
         - vector * np.maximum(0.0, c["log_vec"] - best_vec)
@@ -236,4 +264,6 @@ def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
         - 1.0 * c["staged"] * c["dev_local_emulated"]
         + 0.5 * c["staged"] * dedicated
         - c["log_pad_waste"]
+        - tasks * np.log2(1.0 + np.exp2(LOG_TASK_COST - (c["w_log_flops"] - c["log_groups"])))
+        + c["dev_is_cpu"] * np.log2(groups / (np.ceil(groups / units - 1e-9) * units))
     )
