@@ -163,7 +163,7 @@ def _cpu_here(fields: dict) -> dict:
     """This machine's CPU as the fingerprint names it; it must have the cores and the
     vector width the bundle's space was pruned for."""
     from autosched.measure.cpu import _cpuinfo, _usable_cores, cpu_model_id, cpu_name, isa_of
-    from autosched.measure.iree_device import vector_bits
+    from autosched.space.device import vector_bits
 
     info = _cpuinfo()
     isa = isa_of(info)

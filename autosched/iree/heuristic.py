@@ -17,8 +17,9 @@ import re
 from autosched.errors import DeviceError, ScheduleError
 from autosched.iree.linalg import PARALLEL, emit
 from autosched.iree.toolchain import compile_flags, compile_mlir
-from autosched.measure.iree_device import spirv_target, vector_bits
+from autosched.measure.iree_device import spirv_target
 from autosched.space.config import Config
+from autosched.space.device import vector_bits
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from autosched.errors import DeviceError, InvalidInputError
 from autosched.iree.toolchain import vulkan_target_limits
 from autosched.measure.cpu import host_cpu
 from autosched.records.record import canonical_json
-from autosched.space.device import device_limits
+from autosched.space.device import device_limits, vector_bits
 from autosched.space.space import DeviceLimits
 
 DRIVERS = {"iree-llvm-cpu": "local-task", "iree-vulkan": "vulkan"}
@@ -137,15 +137,6 @@ def iree_version() -> str:
             "(or EXTRAS=iree bash scripts/install.sh)"
         ) from None
     return str(VERSION)
-
-
-def vector_bits(isa: tuple[str, ...]) -> int:
-    """The widest x86 vector a CPU with these extensions runs, in bits."""
-    if "avx512f" in isa:
-        return 512
-    if "avx" in isa or "avx2" in isa:
-        return 256
-    return 128
 
 
 def _cpu_device() -> IreeDevice:

@@ -12,7 +12,7 @@ space and prior.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from autosched.space.space import DeviceLimits
@@ -21,6 +21,16 @@ from autosched.space.space import DeviceLimits
 _X86_AVX512 = ("avx512f",)
 _X86_AVX = ("avx2", "avx")
 _ARM = ("asimd", "sve", "neon")
+
+
+def vector_bits(isa: Iterable[str] | None) -> int:
+    """The widest x86 vector a CPU with these extensions (``isa`` flags) runs, in bits."""
+    flags = {str(x).lower() for x in isa or ()}
+    if flags & set(_X86_AVX512):
+        return 512
+    if flags & set(_X86_AVX):
+        return 256
+    return 128
 
 
 def vector_shape(device: Mapping[str, Any]) -> tuple[int, int]:
@@ -69,8 +79,7 @@ def device_limits(device: Mapping[str, Any], target: str) -> DeviceLimits:
     lanes, registers = vector_shape(device)
     units = max(1, int(device.get("compute_units") or 1))
     if target.startswith("iree-"):  # as IreeDevice.limits
-        isa = device.get("isa") or []
-        bits = 512 if "avx512f" in isa else 256 if {"avx", "avx2"} & set(isa) else 128
+        bits = vector_bits(device.get("isa"))
         invocations = int(device.get("max_invocations") or 1)
         return DeviceLimits(
             max_work_group_size=invocations,
