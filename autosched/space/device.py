@@ -44,13 +44,9 @@ def vector_shape(device: Mapping[str, Any]) -> tuple[int, int]:
     """
     isa = {str(x).lower() for x in device.get("isa") or ()}
     if isa:
-        if isa & set(_X86_AVX512):
-            return 16, 32
-        if isa & set(_X86_AVX):
-            return 8, 16
-        if isa & set(_ARM):
-            return 4, 32
-        return 4, 16
+        lanes = vector_bits(isa) // 32
+        # x86's 512-bit extension doubled the register file; Arm's has 32 registers.
+        return lanes, 32 if lanes >= 16 or isa & set(_ARM) else 16
     is_cpu = device.get("type", "cpu") == "cpu"
     width = int(device.get("native_vector_width_float") or 0)
     if not is_cpu:
