@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from autosched.space.config import Config
 from autosched.space.im2col import rewrite
 from autosched.space.loopnest import analyze
-from autosched.space.opencl_copies import pack_panels, schedule_elementwise
+from autosched.space.opencl_copies import pack_panels, row_width, schedule_elementwise
 
 if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace as Space
@@ -183,10 +183,11 @@ def _apply(sch, space: Space, config: Config) -> None:
 
     for own in separate:
         schedule_elementwise(sch, own, vec)
+    tail = row_width(space.nest.spatial[-1].extent, vec)  # the real row's vectors
     for buffer, copy in panels.items():
         (acc,) = (a for a in nest.inputs if a.buffer == buffer)
         dim = acc.dims.index(((inner, 1),))
-        pack_panels(sch, copy, dim, config[f"tile.{inner}"][1], vec)
+        pack_panels(sch, copy, dim, config[f"tile.{inner}"][1], tail)
 
     _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
 

@@ -7,6 +7,15 @@ from __future__ import annotations
 import math
 
 
+def row_width(extent: int, vec: int) -> int:
+    """The widest power of two up to ``vec`` that divides ``extent``: the vectors a copy
+    of rows of ``extent`` reads or writes whole without crossing a row."""
+    w = 1
+    while 2 * w <= vec and extent % (2 * w) == 0:
+        w *= 2
+    return w
+
+
 def schedule_elementwise(sch, block, vec: int) -> None:
     """Its own kernel: each work-item ``v`` consecutive outputs along the last axis, up to
     64 work-items per group.
@@ -20,10 +29,7 @@ def schedule_elementwise(sch, block, vec: int) -> None:
     dividing its index by the row's length, ran PoCL's 251x509 copy 8 % slower).
     """
     loops = list(sch.get_loops(block))
-    last = int(sch.get(loops[-1]).extent)
-    v = 1
-    while 2 * v <= vec and last % (2 * v) == 0:
-        v *= 2
+    v = row_width(int(sch.get(loops[-1]).extent), vec)
     if v > 1:
         items, lanes = sch.split(loops.pop(), [None, v])
         sch.vectorize(lanes)
@@ -49,6 +55,9 @@ def pack_panels(sch, copy, dim: int, reg: int, vec: int) -> None:
     operand in one stream of whole vectors, as llvm's packing does per task. One
     work-item copies one row of a panel; 64 per group. ``copy`` is a ``cache_read``, a
     vector tail's zero-padded copy, or a produced input's producer (an im2col matrix).
+    ``vec`` is the copy's vector width: past a vector tail, the widest that divides the
+    real row (:func:`row_width`), so that the zero padding is chosen per vector (a guard
+    per lane is scalarised).
 
     On an AVX2 Zen 3's PoCL (Debian, pthread), a 4x16 register tile per work-item: 512^3
     81 GFLOP/s in place, 133 packed (numpy 131-140); 256x512x128, 90 and 121; with 8x8
