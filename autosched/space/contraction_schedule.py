@@ -160,14 +160,11 @@ def _apply(sch, space: Space, config: Config) -> None:
             sch.bind(ct, "threadIdx.x")
 
     # Register accumulators, written back (with the epilogue when fused) per work-item.
-    # Past a vector tail they are written whole into the padded output, a scratch
-    # argument, and a kernel of its own copies the real outputs out: guarded per lane,
-    # the write-back would be scalarised, and the OpenCL compiler would then keep the
-    # accumulators in memory (5x slower on PoCL).
+    # Past a vector tail, each vector of them is stored into a private vector and the
+    # real outputs written from it, in the widest vectors that divide a row
+    # (:func:`_write_real_outputs`).
     acc_block = sch.cache_write(block, 0, "local")
     sch.reverse_compute_at(acc_block, tx)
-    if unpad is not None:
-        separate.append(unpad)
     if nest.epilogue and config.get("fuse", True):
         for name in nest.epilogue:
             sch.reverse_compute_inline(sch.get_sblock(name))
@@ -180,16 +177,50 @@ def _apply(sch, space: Space, config: Config) -> None:
         wb_loops.append(wb_o)
     for lp in wb_loops:
         sch.unroll(lp)
+    tail = row_width(space.nest.spatial[-1].extent, vec)  # the real row's vectors
+    if unpad is not None:
+        _write_real_outputs(sch, acc_block, unpad, wb_loops[-1], vec, tail)
 
     for own in separate:
         schedule_elementwise(sch, own, vec)
-    tail = row_width(space.nest.spatial[-1].extent, vec)  # the real row's vectors
     for buffer, copy in panels.items():
         (acc,) = (a for a in nest.inputs if a.buffer == buffer)
         dim = acc.dims.index(((inner, 1),))
         pack_panels(sch, copy, dim, config[f"tile.{inner}"][1], tail)
 
     _finish_main(sch, block, nest, vec, vec_loop, red_outer, red_inner, regs)
+
+
+def _write_real_outputs(sch, acc_block, unpad, vector_loop, vec: int, width: int) -> None:
+    """Past a vector tail: the main kernel writes the real outputs itself.
+
+    The padded output becomes private to the work-item, one vector of it at a time:
+    the write-back stores each vector of accumulators into it whole, and ``unpad``
+    writes the real outputs out of it in the widest vectors that divide a row
+    (:func:`~autosched.space.opencl_copies.row_width`), a guard per vector (per
+    output where the row is odd). The accumulators are only ever read whole, so the
+    OpenCL compiler keeps them in vector registers; read in narrower vectors or per
+    lane, they were kept in memory (4.5-5x slower on PoCL). For the same reason the
+    private vector gets a row stride that is no multiple of ``vec``: of the
+    accumulators' size (a tile of one vector), TVM's storage rewrite would merge the
+    two. On a Xeon's PoCL, interleaved by profiling events, the 127x1000x333 matmul's
+    best config ran 380-411 us where it wrote a padded output that a kernel of its own
+    copied out (436-466 us), the 251x509x127 one's 129 us (164-172).
+    """
+    sch.set_scope(acc_block, 0, "local")
+    ndim = len(sch.get(acc_block).writes[0].region)
+    if ndim > 1:
+        sch.storage_align(acc_block, 0, ndim - 2, vec, width)
+    above = [sch.get(lp) for lp in sch.get_loops(acc_block)]
+    depth = 1 + next(i for i, lp in enumerate(above) if lp.same_as(sch.get(vector_loop)))
+    sch.reverse_compute_at(unpad, vector_loop)
+    loops = list(sch.get_loops(unpad)[depth:])
+    if width > 1:
+        outer, lanes = sch.split(loops.pop(), [None, width])
+        sch.vectorize(lanes)
+        loops.append(outer)
+    for lp in loops:
+        sch.unroll(lp)
 
 
 def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str, object], object]:
