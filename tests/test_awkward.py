@@ -54,6 +54,18 @@ def _guarded(space, config) -> bool:
     return blocks or space.pad_waste(config) > 1 or inner.extent % config["vec"] != 0
 
 
+def _guarded_blocks(script: str) -> list[str]:
+    """The blocks of a TVMScript that carry a ``T.where`` guard, in order."""
+    out, block = [], None
+    for line in script.splitlines():
+        found = re.search(r'T\.sblock\("([^"]+)"\)', line)
+        if found:
+            block = found.group(1)
+        elif "T.where" in line and block not in out:
+            out.append(block)
+    return out
+
+
 def _check_all(workers, space, configs) -> None:
     assert configs
     data = make_data(space.workload, seed=5)
@@ -246,7 +258,10 @@ def test_llvm_pads_spatial_tails_to_whole_register_tiles_where_opencl_guards_the
     tail = {"tile.i": (1, 2), "tile.j": (1, 8), "tile.k": (29, 1), "vec": 8}
     llvm = _space(devices, "llvm", "matmul", **MATMUL)
     script = schedule(llvm, llvm.default().replace(**tail)).script()
-    assert "T.where" not in script
+    assert _guarded_blocks(script) == ["C_pad"]  # only the real outputs' write-back
+    # ... from the task's own register tile: no padded output in global memory.
+    assert 'C_pad_local = T.sblock_alloc_buffer((14, 40), scope="local")' in script
+    assert "C_pad = T.sblock_alloc_buffer" not in script
     assert "A_pad = T.sblock_alloc_buffer((14, 29))" in script  # 13 rows padded to 14
     opencl = _space(devices, "opencl", "matmul", **MATMUL)
     guarded = schedule(opencl, opencl.default().replace(**tail)).script()
@@ -282,11 +297,16 @@ def test_llvm_cuts_a_last_block_short_by_whole_register_tiles_above_the_reductio
     ]
     lines = [ln.strip() for ln in tvm.ir.transform.Sequential(lower)(mod).script().splitlines()]
     guards = [i for i, ln in enumerate(lines) if ln.startswith("if ")]
-    assert guards and all(lines[i].endswith("< 65:") for i in guards), guards
-    assert any(lines[i + 1].startswith("for k_1 in range(129)") for i in guards)
-    # One block of all 65 tiles: nothing guarded.
+    tiles_guards = [i for i in guards if lines[i].endswith("< 65:")]
+    assert tiles_guards, guards
+    # Besides, only the write-back of the real outputs is guarded, on whole vectors of a
+    # row (the 257th row is real, the rest of the last tile padding).
+    rest = [i for i in guards if i not in tiles_guards]
+    assert all(lines[i].endswith("< 257:") and "T.vectorized(16)" in lines[i + 1] for i in rest)
+    assert any(lines[i + 1].startswith("for k_1 in range(129)") for i in tiles_guards)
+    # One block of all 65 tiles: no guard but the real rows' write-back.
     whole = schedule(llvm, config.replace(**{"tile.i": (65, 4)})).script()
-    assert "T.where" not in whole
+    assert _guarded_blocks(whole) == ["C_pad"]
 
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -56,12 +56,12 @@ kernel of its own, writing a scratch argument; padded inline, every read would b
 guarded per lane, which TVM scalarises), the accumulators cover the padded tile, and the
 write-back stores only the real outputs. Never guarded per lane on the accumulators
 themselves: that is scalarised, which left PoCL's accumulators in memory, 5x slower, and
-cost llvm up to 40% on a 2-row register tile. On OpenCL each vector of accumulators is
-stored whole into a private vector, out of which the main kernel writes the real
-outputs in the widest vectors that divide a row
-(:func:`autosched.space.contraction_schedule._write_real_outputs`); in llvm's tile order
-they are stored whole into the padded output and a parallel loop of its own copies the
-real outputs out. A prime N of 509 gets ``vec=16``.
+cost llvm up to 40% on a 2-row register tile. Each vector of accumulators is stored
+whole into a private vector, out of which the real outputs are written in the widest
+vectors that divide a row
+(:func:`autosched.space.contraction_schedule._write_real_outputs`; llvm's block order
+keeps a block's accumulators in its padded output, copied out per task). A prime N of
+509 gets ``vec=16``.
 
 Register accumulators are always used (``cache_write`` to local scope): there is no
 device on which accumulating through global memory wins.

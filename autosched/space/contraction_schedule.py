@@ -192,20 +192,24 @@ def _apply(sch, space: Space, config: Config) -> None:
 
 
 def _write_real_outputs(sch, acc_block, unpad, vector_loop, vec: int, width: int) -> None:
-    """Past a vector tail: the main kernel writes the real outputs itself.
+    """Where the output is padded: the main kernel (llvm: each task, in tile order) writes
+    the real outputs itself, from its register tile.
 
-    The padded output becomes private to the work-item, one vector of it at a time:
-    the write-back stores each vector of accumulators into it whole, and ``unpad``
-    writes the real outputs out of it in the widest vectors that divide a row
-    (:func:`~autosched.space.opencl_copies.row_width`), a guard per vector (per
-    output where the row is odd). The accumulators are only ever read whole, so the
-    OpenCL compiler keeps them in vector registers; read in narrower vectors or per
-    lane, they were kept in memory (4.5-5x slower on PoCL). For the same reason the
-    private vector gets a row stride that is no multiple of ``vec``: of the
-    accumulators' size (a tile of one vector), TVM's storage rewrite would merge the
-    two. On a Xeon's PoCL, interleaved by profiling events, the 127x1000x333 matmul's
-    best config ran 380-411 us where it wrote a padded output that a kernel of its own
-    copied out (436-466 us), the 251x509x127 one's 129 us (164-172).
+    The padded output becomes private to the work-item or task, one vector of it at a
+    time: the write-back stores each vector of accumulators into it whole, and
+    ``unpad`` writes the real outputs out of it in the widest vectors that divide a row
+    (:func:`~autosched.space.opencl_copies.row_width`), a guard per vector (per output
+    where the row is odd). The accumulators are only ever read whole, so the compiler
+    keeps them in vector registers; read in narrower vectors or per lane, PoCL kept them
+    in memory (4.5-5x slower). For the same reason the private vector gets a row stride
+    that is no multiple of ``vec``: of the accumulators' size (a tile of one vector),
+    TVM's storage rewrite would merge the two. Before 2026-12-04 the padded output was
+    written whole and a kernel (llvm: a parallel loop) of its own copied the real
+    outputs out. On a Xeon's PoCL, interleaved by profiling events, the 127x1000x333
+    matmul's best config ran 380-411 us this way against 436-466 us, the 251x509x127
+    one's 129 us against 164-172; on llvm, interleaved, the awkward benchmark's best
+    configs of 127x1000x333, 251x509x127 and 257x512x129 ran 339-346 / 315 / 325
+    GFLOP/s against 327-328 / 305 / 305.
     """
     sch.set_scope(acc_block, 0, "local")
     ndim = len(sch.get(acc_block).writes[0].region)
@@ -361,12 +365,9 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     if block_order:
         acc_block = _accumulators(sch, block, unpad, "global")
         sch.reverse_compute_at(acc_block, par)
-    else:  # past a vector tail: whole vectors into the padded output, copied out by
-        # a loop of its own (a write-back guarded per lane is scalarised)
+    else:  # padded: the real outputs written out of each vector (_write_real_outputs)
         acc_block = sch.cache_write(block, 0, "local")
         sch.reverse_compute_at(acc_block, mid_loops[-1])
-        if unpad is not None:
-            separate.append(unpad)
     if lanes_last:  # the lanes of each accumulator vector adjacent, as in registers
         _accumulators_lanes_last(sch, block, nest, inner)
     if nest.epilogue and config.get("fuse", True):
@@ -376,6 +377,9 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
     if not block_order:  # a register tile's write-back is small: unroll it
         for lp in wb_loops:
             sch.unroll(lp)
+        if unpad is not None:
+            tail = row_width(nest.spatial[-1].extent, vec)
+            _write_real_outputs(sch, acc_block, unpad, wb_loops[-1], vec, tail)
 
     for own in separate:
         _schedule_elementwise_cpu(sch, own, vec)
