@@ -170,13 +170,7 @@ def _apply(sch, space: Space, config: Config) -> None:
             sch.reverse_compute_inline(sch.get_sblock(name))
     # TVM drops unit loops, so the write-back nest may have fewer loops than axes; with
     # vec > 1 the innermost axis has a tile of at least vec and is the last loop.
-    wb_loops = list(sch.get_loops(acc_block)[2:])
-    if vec > 1:
-        wb_o, wb_v = sch.split(wb_loops.pop(), [None, vec])
-        sch.vectorize(wb_v)
-        wb_loops.append(wb_o)
-    for lp in wb_loops:
-        sch.unroll(lp)
+    wb_loops = _unrolled_vectors(sch, sch.get_loops(acc_block)[2:], vec)
     tail = row_width(space.nest.spatial[-1].extent, vec)  # the real row's vectors
     if unpad is not None:
         _write_real_outputs(sch, acc_block, unpad, wb_loops[-1], vec, tail)
@@ -218,13 +212,20 @@ def _write_real_outputs(sch, acc_block, unpad, vector_loop, vec: int, width: int
     above = [sch.get(lp) for lp in sch.get_loops(acc_block)]
     depth = 1 + next(i for i, lp in enumerate(above) if lp.same_as(sch.get(vector_loop)))
     sch.reverse_compute_at(unpad, vector_loop)
-    loops = list(sch.get_loops(unpad)[depth:])
+    _unrolled_vectors(sch, sch.get_loops(unpad)[depth:], width)
+
+
+def _unrolled_vectors(sch, loops, width: int) -> list:
+    """Split the last of ``loops`` into vectors of ``width`` (where above 1) and unroll
+    the rest; returns the unrolled loops, the vectors' own loop last."""
+    loops = list(loops)
     if width > 1:
         outer, lanes = sch.split(loops.pop(), [None, width])
         sch.vectorize(lanes)
         loops.append(outer)
     for lp in loops:
         sch.unroll(lp)
+    return loops
 
 
 def _pad_vector_tail(sch, space: Space, config: Config, block) -> tuple[dict[str, object], object]:
