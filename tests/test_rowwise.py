@@ -483,3 +483,33 @@ def test_tanh_on_llvm_is_accurate_and_not_a_libm_call(cpu, lanes):
     assert np.max(np.abs(got[ok] - want[ok]) / ulp) <= 5
     assert np.array_equal(np.sign(got[ok]), np.sign(want[ok]))
     assert np.isnan(got[-1])
+
+
+def test_on_a_cpu_whose_cores_hold_the_intermediates_fusing_earns_no_intensity():
+    """llvm: a softmax's intermediates (1536x128 floats, 384 KiB per core on 2 cores)
+    stay in each core's 1 MiB L2 between its parallel loops, so fusing a stage saves
+    no memory traffic: fused and unfused configs read alike in ``intensity``, and the
+    prior no longer ranks the fused ones first (on the four llvm softmax samples the
+    unfused ``exp``, evaluated once instead of once per consumer, ran 1.40-1.71x as
+    fast). With a 256 KiB L2 they do not stay, and fusing raises the intensity as
+    before; on a device whose caches are not known (OpenCL) it does too."""
+    from dataclasses import replace
+
+    from autosched.cost_model.features import prior_score
+
+    soft = workload("softmax", rows=1536, cols=128)
+    cpu = DeviceLimits(is_cpu=True, cores=2, vector_lanes=16, vector_registers=32)
+    held = replace(cpu, cache_bytes=(48 << 10, 1 << 20, 32 << 20))
+    spilled = replace(cpu, cache_bytes=(48 << 10, 256 << 10, 32 << 20))
+    for limits, cached in ((held, True), (spilled, False), (cpu, False)):
+        space = make_space(soft, target="llvm", limits=limits)
+        fused = space.default().replace(**{f"fuse.{n}": True for n in space.nest.stages})
+        apart = fused.replace(**{f"fuse.{n}": False for n in space.nest.stages})
+        a, b = space.describe(fused)["intensity"], space.describe(apart)["intensity"]
+        assert (a == b) if cached else (a > b), (limits.cache_bytes, a, b)
+        prior = prior_score(featurize(space, [fused, apart]))
+        assert (prior[0] == prior[1]) if cached else (prior[0] > prior[1])
+    opencl = make_space(soft, limits=replace(LIMITS, is_cpu=True, cores=2))
+    fused = opencl.default().replace(**{f"fuse.{n}": True for n in opencl.nest.stages})
+    apart = fused.replace(**{f"fuse.{n}": False for n in opencl.nest.stages})
+    assert opencl.describe(fused)["intensity"] > opencl.describe(apart)["intensity"]
