@@ -115,8 +115,9 @@ def opencl_cpu_seed(space: ContractionSpace) -> Config | None:
     8 lanes, 97 (numpy 78-104), the best of the 360 configs sampled there (105) took the
     search 32 trials. Unlike llvm's, the columns avoid a vector tail first: OpenCL pads
     one with kernels of their own (a padded copy of the input; until 2026-12-04 also the
-    outputs copied out), and 4 rows of 16 lanes ran that 127x1000x333 at 75. The padding's producer runs
-    apart because inlined into the reads every read is guarded: 60 fused, 97 apart.
+    outputs copied out), and 4 rows of 16 lanes ran that 127x1000x333 at 75. The
+    padding's producer runs apart because inlined into the reads every read is guarded:
+    60 fused, 97 apart.
     """
     if space.target != "opencl" or not space.limits.is_cpu:
         return None
