@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from autosched.space.config import Config
 from autosched.space.im2col import rewrite
 from autosched.space.loopnest import analyze
-from autosched.space.opencl_copies import pack_panels, row_width, schedule_elementwise
+from autosched.space.opencl_copies import pack_panels, schedule_elementwise
+from autosched.space.space import row_width
 
 if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace as Space
@@ -192,7 +193,7 @@ def _write_real_outputs(sch, acc_block, unpad, vector_loop, vec: int, width: int
     The padded output becomes private to the work-item or task, one vector of it at a
     time: the write-back stores each vector of accumulators into it whole, and
     ``unpad`` writes the real outputs out of it in the widest vectors that divide a row
-    (:func:`~autosched.space.opencl_copies.row_width`), a guard per vector (per output
+    (:func:`~autosched.space.space.row_width`), a guard per vector (per output
     where the row is odd). The accumulators are only ever read whole, so the compiler
     keeps them in vector registers; read in narrower vectors or per lane, PoCL kept them
     in memory (4.5-5x slower). For the same reason the private vector gets a row stride

@@ -1,19 +1,13 @@
 """The kernels of their own that an OpenCL contraction schedule adds beside its main one:
-elementwise loops (a padded copy, an unfused producer or epilogue, the outputs copied
-out of a padded buffer) and an input's panels (``stage=pack``)."""
+elementwise loops (an input's padded copy, an unfused producer or epilogue) and an
+input's panels (``stage=pack``). Since 2026-12-04 the main kernel writes a padded
+output's real values itself (``contraction_schedule._write_real_outputs``)."""
 
 from __future__ import annotations
 
 import math
 
-
-def row_width(extent: int, vec: int) -> int:
-    """The widest power of two up to ``vec`` that divides ``extent``: the vectors a copy
-    of rows of ``extent`` reads or writes whole without crossing a row."""
-    w = 1
-    while 2 * w <= vec and extent % (2 * w) == 0:
-        w *= 2
-    return w
+from autosched.space.space import row_width
 
 
 def schedule_elementwise(sch, block, vec: int) -> None:
@@ -21,12 +15,14 @@ def schedule_elementwise(sch, block, vec: int) -> None:
     64 work-items per group.
 
     ``v`` is the widest power of two up to ``vec`` that divides the last axis, so that a
-    work-item's lanes never cross a row: copying the real outputs out of a padded buffer
-    (a 127x1000 matmul's outputs from a 128x1008 one) reads whole vectors of a row even
-    where ``vec`` does not divide the count of outputs. Where no group of at least 8
-    divides the work-items (odd extents), a group is 64 of a row's, the last of each row
-    guarded (single-item groups are slow; groups over all rows at once, each work-item
-    dividing its index by the row's length, ran PoCL's 251x509 copy 8 % slower).
+    work-item's lanes never cross a row: an unfused epilogue over a 127x1000 matmul's
+    outputs reads whole vectors of a row even where ``vec`` does not divide the count
+    of outputs (until 2026-12-04 the same held for the outputs copied out of a padded
+    buffer, where the rule was measured: 7 % faster on a Xeon's PoCL). Where no group of
+    at least 8 divides the work-items (odd extents), a group is 64 of a row's, the last
+    of each row guarded (single-item groups are slow; groups over all rows at once, each
+    work-item dividing its index by the row's length, ran PoCL's 251x509 copy 8 %
+    slower).
     """
     loops = list(sch.get_loops(block))
     v = row_width(int(sch.get(loops[-1]).extent), vec)
@@ -56,7 +52,7 @@ def pack_panels(sch, copy, dim: int, reg: int, vec: int) -> None:
     work-item copies one row of a panel; 64 per group. ``copy`` is a ``cache_read``, a
     vector tail's zero-padded copy, or a produced input's producer (an im2col matrix).
     ``vec`` is the copy's vector width: past a vector tail, the widest that divides the
-    real row (:func:`row_width`), so that the zero padding is chosen per vector (a guard
+    real row (:func:`~autosched.space.space.row_width`), so that the zero padding is chosen per vector (a guard
     per lane is scalarised).
 
     On an AVX2 Zen 3's PoCL (Debian, pthread), a 4x16 register tile per work-item: 512^3

@@ -109,6 +109,16 @@ def fits(extent: int, tile: int) -> bool:
     return padded(extent, tile) <= MAX_PAD_WASTE * extent
 
 
+def row_width(extent: int, vec: int) -> int:
+    """The widest power of two up to ``vec`` that divides ``extent``: the vectors that
+    read or write rows of ``extent`` whole without crossing a row (a padded row's real
+    part, written a vector at a time with a guard per vector, not per lane)."""
+    w = 1
+    while 2 * w <= vec and extent % (2 * w) == 0:
+        w *= 2
+    return w
+
+
 def widened_vector_widths(extent: int) -> list[int]:
     """Vector widths besides :data:`VECTOR_WIDTHS` for TVM's llvm target: the divisors of
     ``extent`` below the widest that are not powers of two and fill at least three
