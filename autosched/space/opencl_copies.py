@@ -52,8 +52,8 @@ def pack_panels(sch, copy, dim: int, reg: int, vec: int) -> None:
     work-item copies one row of a panel; 64 per group. ``copy`` is a ``cache_read``, a
     vector tail's zero-padded copy, or a produced input's producer (an im2col matrix).
     ``vec`` is the copy's vector width: past a vector tail, the widest that divides the
-    real row (:func:`~autosched.space.space.row_width`), so that the zero padding is chosen per vector (a guard
-    per lane is scalarised).
+    real row (:func:`~autosched.space.space.row_width`), so that the zero padding is
+    chosen per vector (a guard per lane is scalarised).
 
     On an AVX2 Zen 3's PoCL (Debian, pthread), a 4x16 register tile per work-item: 512^3
     81 GFLOP/s in place, 133 packed (numpy 131-140); 256x512x128, 90 and 121; with 8x8
