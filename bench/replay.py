@@ -381,9 +381,12 @@ def main(argv: list[str] | None = None) -> int:
     report = {
         "benchmark": "replay",
         "budget": args.budget,
-        "seeds": args.seeds,
+        # A run in chunks (--update) may give some caches more seeds (a small sample's
+        # figures swing with a few seeds): the fewest here, each cache's own in its entry.
+        "seeds": min(e["seeds"] for e in results),
         "autosched_batch": 8,
-        "statistic": "trials_to_X and best_at_N: medians over the seeds; best_at_N and the "
+        "statistic": "seeds: the fewest any cache was replayed with (each cache's own under "
+        "caches[].seeds); trials_to_X and best_at_N: medians over the seeds; best_at_N and the "
         "curves as a fraction of the cache's best GFLOP/s; score: Willemsen et al. (FGCS "
         "2024), 0 = random search, 1 = the optimum, averaged over trials 1..budget (the mean "
         "of the seeds' per_seed scores); support: per target, the share of 1000 bootstrap "

@@ -564,3 +564,30 @@ def test_every_autosched_run_starts_with_the_fixed_trials_and_a_tie_there_is_the
 
     assert transfer(3.0, 3) and transfer(4.0, 3)  # a seed, or the first proposal
     assert not transfer(5.0, 3) and not transfer(3.0, 1)
+
+
+def test_a_run_in_chunks_keeps_each_cache_s_seeds_and_reports_the_fewest(tmp_path):
+    """``bench/replay.py --update`` may replay one small sample with more seeds than the
+    rest (its figures swing with a few): that cache's entry says so, the others keep
+    theirs, and the top level reports the fewest, not the last chunk's."""
+    import json
+
+    names = ["matmul-512-opencl-h200.jsonl.gz", "conv2d-resnet3x3-opencl-h100.jsonl.gz"]
+    listed = json.loads((ROOT / "bench" / "replay" / "caches.json").read_text())["caches"]
+    entries = [e for e in listed if e["file"] in names]
+    for name in names:
+        (tmp_path / name).write_bytes((ROOT / "bench" / "replay" / name).read_bytes())
+    (tmp_path / "caches.json").write_text(json.dumps({"caches": entries}))
+    out = tmp_path / "replay.json"
+    common = ["--folder", str(tmp_path), "--json", str(out), "--png", str(tmp_path / "r.png")]
+    common += ["--strategies", "autosched-random", "--budget", "4"]
+    script = str(ROOT / "bench" / "replay.py")
+    for extra in (["--seeds", "2"], ["--seeds", "3", "--update", "--caches", names[0][:-9]]):
+        subprocess.run(
+            [sys.executable, script, *common, *extra], check=True, capture_output=True, timeout=600
+        )
+    report = json.loads(out.read_text())
+    seeds = {e["file"]: e["seeds"] for e in report["caches"]}
+    assert seeds == {names[0]: 3, names[1]: 2} and report["seeds"] == 2
+    runs = {e["file"]: e["strategies"]["autosched-random"]["per_seed"] for e in report["caches"]}
+    assert len(runs[names[0]]["trials_to_95"]) == 3 and len(runs[names[1]]["score"]) == 2
