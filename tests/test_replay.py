@@ -582,7 +582,10 @@ def test_a_run_in_chunks_keeps_each_cache_s_seeds_and_reports_the_fewest(tmp_pat
     common = ["--folder", str(tmp_path), "--json", str(out), "--png", str(tmp_path / "r.png")]
     common += ["--strategies", "autosched-random", "--budget", "4"]
     script = str(ROOT / "bench" / "replay.py")
-    for extra in (["--seeds", "2"], ["--seeds", "3", "--update", "--caches", names[0][:-9]]):
+    for extra in (
+        ["--seeds", "2"],
+        ["--seeds", "3", "--update", "--caches", names[0].removesuffix(".jsonl.gz")],
+    ):
         subprocess.run(
             [sys.executable, script, *common, *extra], check=True, capture_output=True, timeout=600
         )
