@@ -505,6 +505,41 @@ def test_batches_are_diverse():
             assert sum(a.get(k) != b.get(k) for k in {*a, *b}) >= 2
 
 
+def test_a_batch_s_picks_are_scored_as_if_the_picks_before_them_were_measured(records, limits):
+    """Within a batch the own ensemble is refitted as if each pick had been measured at
+    its predicted mean (a kriging believer), so the next pick is scored with that: a
+    batch of 8 searches like a search refitted after every measurement. After the batch
+    the blend scores with the measurements alone again."""
+    mine = [r for r in _one_shape(records) if r.ok]
+    space_for = _space_for(limits)
+    space = space_for(mine[0].workload)
+    blend = Blend(space, seed=0, members=3)
+    blend.refit(mine[:24], mine[:24], space_for)
+    rest = [Config(r.config) for r in mine[24:]]
+    before = blend.score(rest)
+    top = rest[int(np.argmax(before))]
+    blend.believe(top)
+    believed = blend.score(rest)
+    assert not np.array_equal(before, believed)
+    X = featurize(space, rest[:40], names=blend.names)
+    own = dict(zip(("mean", "spread"), blend.own.predict_dist(X)))
+    assert blend._believed is not None and len(blend._believed_rows[1]) == len(blend._rows[1]) + 1
+    blend.forget()
+    assert np.array_equal(blend.score(rest), before)
+    assert np.array_equal(blend.own.predict_dist(X)[0], own["mean"])
+
+    search = EvolutionarySearch(space, rng=np.random.default_rng(0), population=128)
+    search.observe(mine[:24])
+    calls = []
+    real = search.blend.believe
+    search.blend.believe = lambda c: (calls.append(c.key), real(c))[1]
+    picked = search.propose(8)
+    assert len({c.key for c in picked}) == 8
+    # The blend's picks (all but the random share's one) each believed before the next.
+    assert len(calls) == len(picked) - 2 and calls == [c.key for c in picked[: len(calls)]]
+    assert search.blend._believed is None
+
+
 def test_configs_the_blend_scores_alike_go_latest_bred_first(limits):
     space = make_space(workload("matmul", M=256, N=256, K=256), limits=limits)
     search = EvolutionarySearch(

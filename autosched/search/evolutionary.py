@@ -16,6 +16,14 @@ alike to this one (the same fingerprint as far as schedules go), and the blend's
 picks, each differing from the others of its batch in at least two knobs, with an
 ``epsilon`` share of random configs so the model keeps seeing where it is wrong.
 
+Once this workload's own measurements weigh the sources, the blend's picks of a batch are
+chosen one at a time, each scored as if the picks before it had been measured at the
+own ensemble's predicted mean (:meth:`~autosched.search.sources.Blend.believe`, the
+kriging believer of batch Bayesian optimisation): a batch of 8 then spreads its picks
+where the data so extended is least sure or most promising, as a search refitted after
+every measurement would, not the blend's eight top scores of one fit (two knobs apart
+but often alike in the rest).
+
 The exploration share goes where the blend is most likely wrong. Where the space has
 register tiles (:meth:`~autosched.space.space.Space.register_tile`) and none of the
 blend's picks keeps the one of the best config measured so far, one of the share's
@@ -179,6 +187,30 @@ class EvolutionarySearch:
         kept = [c for c in same.values() if self.space.register_tile(c) == tile]
         return kept[int(np.argmax(self.blend.score(kept)))] if kept else None
 
+    def _believer_picks(self, fresh: Sequence[Config], k: int) -> list[Config]:
+        """``k`` of ``fresh``, one at a time: each the blend's best that differs from
+        the picks before it in at least two knobs (short of that, its best of the rest),
+        scored with the own ensemble refitted as if the picks before it had been
+        measured at its mean there (:meth:`~autosched.search.sources.Blend.believe`)."""
+        picks: list[Config] = []
+        taken: set[str] = set()
+        try:
+            for _ in range(k):
+                scores = self.blend.score(fresh)
+                order = np.lexsort((-np.arange(len(fresh)), -scores))
+                left = [i for i in order if fresh[i].key not in taken]
+                if not left:
+                    break
+                far = (i for i in left if all(_distance(fresh[i], p) >= 2 for p in picks))
+                pick = fresh[next(far, left[0])]
+                picks.append(pick)
+                taken.add(pick.key)
+                if len(picks) < k:
+                    self.blend.believe(pick)
+        finally:
+            self.blend.forget()
+        return picks
+
     def _is_twin(self, record: Record) -> bool:
         if record.workload_key not in self._twin:
             try:
@@ -297,7 +329,11 @@ class EvolutionarySearch:
         # draws, then the parents' mutations, then each generation's offspring.
         ranked = [fresh[i] for i in np.lexsort((-np.arange(len(fresh)), -scores))]
         n_random = int(round(self.epsilon * n))
-        picked = [*first.values(), *diverse(ranked, n - n_random - len(first))]
+        k = n - n_random - len(first)
+        if self.blend.weighed and self.blend.own.is_fitted and k > 1:
+            picked = [*first.values(), *self._believer_picks(fresh, k)]
+        else:
+            picked = [*first.values(), *diverse(ranked, k)]
         tile_pick = self._tile_pick(picked, fresh)
         if tile_pick is not None:  # takes a random pick's place (else the blend's last)
             if n_random:

@@ -164,6 +164,9 @@ class Blend:
         self.own = BootstrapEnsemble(self.kind, members=members, seed=seed)
         self.transfer: dict[str, Source] = {}
         self.sources: list[Source] = []
+        self._rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._believed: BootstrapEnsemble | None = None  # the own ensemble with believed rows
+        self._believed_rows: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self.weighed = False  # whether the weights come from this workload's measurements
 
     def add_transfer(
@@ -201,6 +204,8 @@ class Blend:
         workload's) and weigh every source by how it ranks ``mine``."""
         X, y, g = training_set(list(own), space_for, names=self.names)
         self.own.fit(X, y, g)
+        self._rows = (X, y, g)
+        self.forget()
         prior = Source("prior", prior_score)
         sources = [prior, *self.transfer.values()]
         valid = [(Config(r.config), score(r)) for r in mine]
@@ -229,8 +234,42 @@ class Blend:
         log.debug("source weights: %s", {s.name: round(s.weight, 3) for s in sources})
 
     def _ucb(self, X: np.ndarray) -> np.ndarray:
-        mean, spread = self.own.predict_dist(X)
+        own = self._believed or self.own
+        mean, spread = own.predict_dist(X)
         return mean + self.kappa * spread
+
+    def believe(self, config: Config) -> None:
+        """Score as if ``config`` had been measured at the own ensemble's mean there:
+        the ensemble is refitted with it (the kriging believer of batch Bayesian
+        optimisation, Ginsbourger et al. 2010), so the next pick of a batch goes where
+        the data so extended is least sure or most promising, as a search refitted after
+        every measurement would, rather than beside the picks already made. Believed
+        configs add up until :meth:`forget`."""
+        if not self.own.is_fitted or self._rows is None:
+            return
+        X, y, g = self._believed_rows or self._rows
+        row = featurize(self.space, [config], names=self.names).astype(X.dtype)
+        current = self._believed or self.own
+        # This workload's rows come first in the training set (refit's ``own``).
+        group = self._rows[2][:1] if len(self._rows[2]) else np.zeros(1, dtype=g.dtype)
+        rows = (
+            np.vstack([X, row]),
+            np.concatenate([y, current.predict(row)]),
+            np.concatenate([g, group]),
+        )
+        believed = BootstrapEnsemble(
+            self.own.kind,
+            members=self.own.members,
+            seed=self.own.seed,
+            min_ok=self.own.min_ok,
+            **self.own.kwargs,
+        ).fit(*rows)
+        if believed.is_fitted:
+            self._believed, self._believed_rows = believed, rows
+
+    def forget(self) -> None:
+        """Score with the ensemble fitted on measurements only (undo :meth:`believe`)."""
+        self._believed = self._believed_rows = None
 
     def score(self, configs: Sequence[Config]) -> np.ndarray:
         """The blended rank of each config (higher = measure sooner)."""
