@@ -187,26 +187,24 @@ class EvolutionarySearch:
         kept = [c for c in same.values() if self.space.register_tile(c) == tile]
         return kept[int(np.argmax(self.blend.score(kept)))] if kept else None
 
-    def _believer_picks(self, fresh: Sequence[Config], k: int) -> list[Config]:
-        """``k`` of ``fresh``, one at a time: each the blend's best that differs from
-        the picks before it in at least two knobs (short of that, its best of the rest),
-        scored with the own ensemble refitted as if the picks before it had been
-        measured at its mean there (:meth:`~autosched.search.sources.Blend.believe`)."""
+    def _believer_picks(
+        self, fresh: Sequence[Config], ranked: list[Config], k: int
+    ) -> list[Config]:
+        """``k`` of ``fresh``, one at a time (``ranked``: them as the blend ranks them now):
+        each the blend's best by :func:`diverse`'s rule against the picks before it,
+        scored with the own ensemble refitted as if those picks had been measured at its
+        mean there (:meth:`~autosched.search.sources.Blend.believe`)."""
         picks: list[Config] = []
-        taken: set[str] = set()
         try:
-            for _ in range(k):
-                scores = self.blend.score(fresh)
-                order = np.lexsort((-np.arange(len(fresh)), -scores))
-                left = [i for i in order if fresh[i].key not in taken]
-                if not left:
+            while len(picks) < k:
+                if picks:
+                    self.blend.believe(picks[-1])
+                    ranked = _latest_bred_first(fresh, self.blend.score(fresh))
+                taken = {p.key for p in picks}
+                pick = diverse([c for c in ranked if c.key not in taken], 1, after=picks)
+                if not pick:
                     break
-                far = (i for i in left if all(_distance(fresh[i], p) >= 2 for p in picks))
-                pick = fresh[next(far, left[0])]
-                picks.append(pick)
-                taken.add(pick.key)
-                if len(picks) < k:
-                    self.blend.believe(pick)
+                picks.extend(pick)
         finally:
             self.blend.forget()
         return picks
@@ -325,13 +323,11 @@ class EvolutionarySearch:
                 first[c.key] = c
         fresh = [c for c in fresh if c.key not in first]
         scores = self.blend.score(fresh)
-        # Configs the blend scores alike go latest-bred first: the pool holds random
-        # draws, then the parents' mutations, then each generation's offspring.
-        ranked = [fresh[i] for i in np.lexsort((-np.arange(len(fresh)), -scores))]
+        ranked = _latest_bred_first(fresh, scores)
         n_random = int(round(self.epsilon * n))
         k = n - n_random - len(first)
         if self.blend.weighed and self.blend.own.is_fitted and k > 1:
-            picked = [*first.values(), *self._believer_picks(fresh, k)]
+            picked = [*first.values(), *self._believer_picks(fresh, ranked, k)]
         else:
             picked = [*first.values(), *diverse(ranked, k)]
         tile_pick = self._tile_pick(picked, fresh)
@@ -363,15 +359,18 @@ def _best_per_workload(records: Iterable[Record], per_workload: int) -> list[Con
     return out
 
 
-def diverse(ranked: Sequence[Config], n: int, *, min_distance: int = 2) -> list[Config]:
-    """The first ``n`` of ``ranked`` that differ pairwise in at least ``min_distance``
-    knobs; short of that, the best of the rest fill the batch."""
+def diverse(
+    ranked: Sequence[Config], n: int, *, min_distance: int = 2, after: Sequence[Config] = ()
+) -> list[Config]:
+    """The first ``n`` of ``ranked`` that differ pairwise, and from each config of
+    ``after`` (a batch's picks so far), in at least ``min_distance`` knobs; short of
+    that, the best of the rest fill the batch."""
     picked: list[Config] = []
     skipped: list[Config] = []
     for c in ranked:
         if len(picked) >= n:
             break
-        if all(_distance(c, p) >= min_distance for p in picked):
+        if all(_distance(c, p) >= min_distance for p in (*after, *picked)):
             picked.append(c)
         else:
             skipped.append(c)
@@ -392,6 +391,13 @@ def _other_space(space: Space, limits: DeviceLimits) -> Callable[[dict], Space]:
         return cache[wl.key]
 
     return space_for
+
+
+def _latest_bred_first(configs: Sequence[Config], scores: np.ndarray) -> list[Config]:
+    """``configs`` by the blend's ``scores``, best first; configs scored alike go
+    latest-bred first (a pool holds random draws, then the parents' mutations, then
+    each generation's offspring)."""
+    return [configs[i] for i in np.lexsort((-np.arange(len(configs)), -scores))]
 
 
 def _distance(a: Config, b: Config) -> int:
