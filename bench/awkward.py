@@ -1,14 +1,17 @@
-"""Benchmark: matmuls with prime and odd extents and convolutions with odd outputs, tuned
-on both targets, against numpy.
+"""Benchmark: matmuls with prime and odd extents, convolutions with odd outputs and
+row-wise operators over odd rows, tuned on both targets, against numpy.
 
-    python -m bench.awkward [--shapes 127x1000x333,conv:512x7x7,...] [--targets opencl,llvm]
-                            [--trials 48]
+    python -m bench.awkward [--shapes 127x1000x333,conv:512x7x7,...|rowwise]
+                            [--targets opencl,llvm] [--trials 48]
 
 Issue 13, part 3: tiles that need not divide their axes (guarded tails) give prime and
 odd extents the wide register tiles and vectors of their power-of-two neighbours, and
 on llvm an odd row (7 wide, ResNet's last stage in NCHW) gets vectors of 7 lanes. A
 shape is a matmul ``MxNxK`` or a 3x3 convolution ``conv:CxHxW`` (C channels in and
-out, stride 1, zero padding 1, NCHW: its rows are the vectorised axis). Each
+out, stride 1, zero padding 1, NCHW: its rows are the vectorised axis), or a row-wise operator ``softmax:RxC``,
+``layernorm:RxC`` or ``elementwise:RxC[:ops]`` (R rows of C columns; ops a ``+``-joined
+chain, add+gelu by default); ``--shapes rowwise`` names :data:`ROWWISE`, a ViT-B/16's
+197-column rows (no vector width divides them: vector tails). Each
 shape is tuned from a cold database with the default strategy (the cost model) for
 ``--trials`` trials on each target. Then the tune's best kernel and numpy (OpenBLAS, as
 the peers benchmark runs it: :class:`bench.peers_retime.Vendor`, the faster of the BLAS's
@@ -47,12 +50,33 @@ from bench.peers_runs import Finalist
 # M x N x K: M prime, K = 9 x 37; all three prime or odd; N prime (no vector divides it
 # but 1); M and K just past a power of two. ResNet's last 3x3 conv, in NCHW: rows of 7.
 SHAPES = ("127x1000x333", "251x509x127", "257x512x129", "conv:512x7x7")
+# A ViT-B/16's attention softmax (12 heads x 197 tokens, rows of 197), a bias add and
+# GELU over rows of 197 and its layernorm (197 rows of 768).
+ROWWISE = ("softmax:2364x197", "elementwise:2364x197:add+gelu", "layernorm:197x768")
+ROW_OPS = ("softmax", "layernorm", "elementwise")
 GOAL = 0.8
 OUT = Path(__file__).parent / "results" / "awkward.json"
 
 
 def parse_shape(text: str) -> tuple[str, dict[str, int | str]]:
-    """(operator, parameters) of ``MxNxK`` (a matmul) or ``conv:CxHxW`` (a 3x3 conv)."""
+    """(operator, parameters) of ``MxNxK`` (a matmul), ``conv:CxHxW`` (a 3x3 conv) or
+    ``OP:RxC[:ops]`` (a row-wise operator, OP one of :data:`ROW_OPS`)."""
+    op, _, rest = text.lower().partition(":")
+    if op in ROW_OPS:
+        dims, _, ops = rest.partition(":")
+        try:
+            rows, cols = (int(v) for v in dims.split("x"))
+            if min(rows, cols) < 1 or (ops and op != "elementwise"):
+                raise ValueError
+        except ValueError:
+            raise SystemExit(
+                f"error: shape {text!r} is not {op}:RxC (e.g. {op}:2364x197"
+                + (", or elementwise:RxC:add+gelu)" if op == "elementwise" else ")")
+            ) from None
+        params: dict[str, int | str] = {"rows": rows, "cols": cols}
+        if op == "elementwise":
+            params["ops"] = ops or "add+gelu"
+        return op, params
     conv = text.lower().startswith("conv:")
     try:
         dims = [int(v) for v in text.lower().removeprefix("conv:").split("x")]
@@ -60,8 +84,9 @@ def parse_shape(text: str) -> tuple[str, dict[str, int | str]]:
             raise ValueError
     except ValueError:
         raise SystemExit(
-            f"error: shape {text!r} is neither MxNxK (e.g. 127x1000x333) nor conv:CxHxW "
-            "(e.g. conv:512x7x7)"
+            f"error: shape {text!r} is neither MxNxK (e.g. 127x1000x333), conv:CxHxW "
+            f"(e.g. conv:512x7x7) nor OP:RxC with OP one of {', '.join(ROW_OPS)} "
+            "(e.g. softmax:2364x197)"
         ) from None
     if conv:
         c, h, w = dims
@@ -172,7 +197,11 @@ def table(rows: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shapes", default=",".join(SHAPES), help="comma-separated MxNxK or conv:CxHxW")
+    p.add_argument(
+        "--shapes",
+        default=",".join(SHAPES),
+        help="comma-separated MxNxK, conv:CxHxW or OP:RxC; 'rowwise' for the ViT rows",
+    )
     p.add_argument("--targets", default="opencl,llvm")
     p.add_argument("--trials", type=int, default=48)
     p.add_argument("--batch", type=int, default=16)
@@ -181,6 +210,7 @@ def main() -> None:
     p.add_argument("--out", default=str(OUT))
     args = p.parse_args()
     shapes = [s.strip() for s in args.shapes.split(",") if s.strip()]
+    shapes = [x for s in shapes for x in (ROWWISE if s == "rowwise" else (s,))]
     for s in shapes:
         parse_shape(s)
     targets = [t.strip() for t in args.targets.split(",") if t.strip()]
