@@ -355,7 +355,9 @@ def test_an_elementwise_row_walked_by_one_work_item_keeps_whole_vectors_past_a_t
 ):
     """A ViT's 197 columns: one work-item per row, 12 whole vectors of 16 and a guarded
     tail of 5 columns (before, the guard sat on every lane and the chain ran scalar: a
-    2304x197 add+gelu took 3.6 ms on a Xeon's PoCL, 0.63 ms with the tail)."""
+    2304x197 add+gelu took 3.6 ms on a Xeon's PoCL, 0.63 ms with the tail). Its float32
+    ``erf``, whole vectors and tail lanes alike, is arithmetic, not OpenCL's builtin
+    (PoCL's ran the same GELU 6x slower), and matches the reference."""
     wl = workload("elementwise", rows=24, cols=197, ops="add+gelu")
     space = make_space(wl, limits=device.limits)
     data = make_data(wl)
@@ -364,6 +366,7 @@ def test_an_elementwise_row_walked_by_one_work_item_keeps_whole_vectors_past_a_t
         assert space.check(config) is None
         program = build(space, config)
         assert f"vstore{vec}" in program.source and "if (" in program.source, vec
+        assert "erf(" not in program.source
         outcome = workers["opencl"].measure(program, data, FAST)
         assert outcome.status == "ok", (config, outcome.error)
 
@@ -396,7 +399,8 @@ TUNE = {
     "softmax": ("softmax", {"rows": 512, "cols": 128}),
     "layernorm": ("layernorm", {"rows": 128, "cols": 768}),
     "reduce": ("reduce", {"rows": 1024, "cols": 256, "kind": "sum"}),
-    "elementwise": ("elementwise", {"rows": 128, "cols": 1024, "ops": "add+mul+relu+gelu"}),
+    # 197 columns (a vector tail): at 128 x 1024 the default ran at the launch-cost floor.
+    "elementwise": ("elementwise", {"rows": 2364, "cols": 197, "ops": "add+mul+relu+gelu"}),
 }
 
 
