@@ -59,7 +59,7 @@ is partitioned from it, so that they stay unguarded vector instructions (a ViT s
 197 columns: 24 vectors of 8 and 5 columns). Group mode splits the columns among
 work-items and takes widths that divide them; so does an elementwise nest, except where
 ``per_item`` is the whole row (always a choice, past ``MAX_PER_ITEM`` too): one
-work-item walks the row alone and takes a tail as above. Before, a 2364 x 197 bias add
+work-item walks the row alone and takes a tail as above. Before, a 2304 x 197 bias add
 and GELU on a Xeon's PoCL ran scalar (per_item 197, vec 1: 3.6 ms); with a tail, vec 16
 (0.63 ms).
 
