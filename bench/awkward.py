@@ -8,11 +8,11 @@ Issue 13, part 3: tiles that need not divide their axes (guarded tails) give pri
 odd extents the wide register tiles and vectors of their power-of-two neighbours, and
 on llvm an odd row (7 wide, ResNet's last stage in NCHW) gets vectors of 7 lanes. A
 shape is a matmul ``MxNxK`` or a 3x3 convolution ``conv:CxHxW`` (C channels in and
-out, stride 1, zero padding 1, NCHW: its rows are the vectorised axis), or a row-wise operator ``softmax:RxC``,
-``layernorm:RxC`` or ``elementwise:RxC[:ops]`` (R rows of C columns; ops a ``+``-joined
-chain, add+gelu by default); ``--shapes rowwise`` names :data:`ROWWISE`, a ViT-B/16's
-197-column rows (no vector width divides them: vector tails). Each
-shape is tuned from a cold database with the default strategy (the cost model) for
+out, stride 1, zero padding 1, NCHW: its rows are the vectorised axis), or a row-wise
+operator ``softmax:RxC``, ``layernorm:RxC`` or ``elementwise:RxC[:ops]`` (R rows of C
+columns; ops a ``+``-joined chain, add+gelu by default); ``--shapes rowwise`` names
+:data:`ROWWISE`, a ViT-B/16's 197-column rows (no vector width divides them: vector
+tails). Each shape is tuned from a cold database with the default strategy (the cost model) for
 ``--trials`` trials on each target. Then the tune's best kernel and numpy (OpenBLAS, as
 the peers benchmark runs it: :class:`bench.peers_retime.Vendor`, the faster of the BLAS's
 threads and one) are timed again side by side, in ``--rounds`` interleaved rounds (the

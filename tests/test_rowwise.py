@@ -544,7 +544,7 @@ def test_erf_and_tanh_on_opencl_are_arithmetic_and_accurate(device, lanes):
     assert "erf(" not in source and "tanh(" not in source
     edges = [-np.inf, -30, 30, np.inf, 0, 1e-30, -3e-4, np.nan]
     xs = np.concatenate([np.linspace(-10, 10, n - len(edges)), edges]).astype(np.float32)
-    (platform,) = [p for i, p in enumerate(cl.get_platforms()) if i == device.platform_index]
+    platform = cl.get_platforms()[device.platform_index]
     ctx = cl.Context([platform.get_devices()[device.device_index]])
     queue = cl.CommandQueue(ctx)
     program = cl.Program(ctx, source).build(options=["-cl-kernel-arg-info"])

@@ -81,8 +81,7 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
             anchor = _rows_cpu(sch, root, int(config["rows_per_task"]))
         elif space.elementwise:
             as_vectors = _vector_lanes(space, config, kernel.root)
-            per_item = int(config["per_item"])
-            _map_flat(sch, root, threads, per_item, vec, tail, as_vectors)
+            _map_flat(sch, root, threads, int(config["per_item"]), vec, as_vectors)
             continue
         else:
             anchor = _rows_opencl(sch, root, mode, threads)
@@ -300,26 +299,20 @@ def _map_columns(
         sch.unroll(u)
 
 
-def _map_flat(
-    sch, root, threads: int, per_item: int, vec: int, tail: int, as_vectors: bool = True
-) -> None:
-    """An elementwise kernel: ``per_item`` consecutive columns per work-item; where that is
-    the whole row and ``vec`` leaves a vector tail (``tail`` columns past the last whole
-    vector), the walk over the row's vectors is partitioned so that only its last step
-    keeps the guard, the others stay whole vectors (a guard per lane is scalarised)."""
+def _map_flat(sch, root, threads: int, per_item: int, vec: int, as_vectors: bool = True) -> None:
+    """An elementwise kernel: ``per_item`` consecutive columns per work-item. Where ``vec``
+    does not divide them, they are the whole row (:meth:`RowSpace.check`) and its last
+    vector a tail: the walk over the row's vectors is partitioned so that only its last
+    step keeps the guard, the others stay whole vectors (a guard per lane is scalarised)."""
     rows, cols = sch.get_loops(root)
     vectors, v = sch.split(cols, [None, vec])  # guards of the tiles stay above the lanes
-    if per_item % vec:  # the whole row (RowSpace.check): one chunk of all its vectors
-        g, t = sch.split(rows, [None, threads])
-        if tail:
-            sch.annotate(vectors, "pragma_loop_partition_hint", 1)
-        sch.bind(g, "blockIdx.x")
-        sch.bind(t, "threadIdx.x")
-        if vec > 1:
-            _lower_lanes(sch, v, as_vectors)
-        return
-    chunk, steps = sch.split(vectors, [None, per_item // vec])
-    g, t = sch.split(sch.fuse(rows, chunk), [None, threads])
+    if per_item % vec:  # one work-item per row, walking all its vectors
+        items = rows
+        sch.annotate(vectors, "pragma_loop_partition_hint", 1)
+    else:
+        chunk, _ = sch.split(vectors, [None, per_item // vec])
+        items = sch.fuse(rows, chunk)
+    g, t = sch.split(items, [None, threads])
     sch.bind(g, "blockIdx.x")
     sch.bind(t, "threadIdx.x")
     if vec > 1:
