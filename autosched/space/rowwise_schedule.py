@@ -11,7 +11,9 @@ The same steps serve both targets:
 3. each kernel's root stage gets its row loop (work-groups and work-items on OpenCL, a
    parallel loop of tasks on llvm) and its column loop (vectors, unrolling, work-items
    in group mode); the fused reductions of the kernel, and the partial results of each
-   reduction, are computed per row under that row loop in private memory.
+   reduction, are computed per row under that row loop in private memory, and so is a
+   kept map's row (``keep.<stage>``; in group mode in the work-group's local memory),
+   its column loop lowered as the root's.
 
 In group mode the last step of each reduction has its loop over work-items bound to
 ``threadIdx.x``, which TVM lowers to a tree all-reduce through local memory.
@@ -47,11 +49,11 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
     for name in nest.row_maps:  # one value per row, read where it is needed
         sch.compute_inline(sch.get_sblock(name))
     for block in nest.blocks:
-        if block.kind == "map" and space.fused(config, block.name):
+        if space.inlined(config, block.name):
             sch.compute_inline(sch.get_sblock(block.name))
     if nest.row_axes > 1:  # several leading axes are the rows: one row loop per block
         for block in nest.blocks:
-            if not (block.kind == "map" and space.fused(config, block.name)):
+            if not space.inlined(config, block.name):
                 loops = sch.get_loops(sch.get_sblock(block.name))
                 sch.fuse(*loops[: nest.row_axes])
     llvm = space.target == "llvm"
@@ -89,8 +91,16 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
         # Each reduction is split where it is still alone in its own nest at the top (see
         # _split_reduction), just before it moves: splitting all of them first broke
         # TVM 0.27's analysis of the later ones once an earlier one's vector tail had
-        # been decomposed.
-        for name in reversed((*kernel.reductions, kernel.root)):
+        # been decomposed. A kept map's row goes to private memory (item mode, llvm) or
+        # to the work-group's local memory (group mode: its work-items split the row).
+        for name in reversed([b.name for b in nest.blocks if b.name in kernel.computed]):
+            if name in kernel.kept:
+                block = sch.get_sblock(name)
+                sch.compute_at(block, anchor)
+                sch.set_scope(block, 0, "shared" if mode == "group" else "local")
+                as_vectors = _vector_lanes(space, config, name)
+                _map_columns(sch, block, anchor, mode, threads, vec, unroll, tail, as_vectors)
+                continue
             if name not in nest.reductions:
                 continue
             part = _split_reduction(sch, name, mode, threads, vec)
