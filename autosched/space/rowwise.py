@@ -240,13 +240,14 @@ class RowSpace(Space):
                 continue
             readers = self._effective_readers(config, name)
             found = {home[r] for r in readers}
-            knob = f"keep.{name}" if self.kept(config, name) else f"fuse.{name}"
+            kept = self.kept(config, name)
+            knob = f"keep.{name}" if kept else f"fuse.{name}"
             if len(found) != 1:
                 return (), (
                     f"{knob}=True but {name} is read from {len(found)} kernels "
                     f"({', '.join(sorted(found))}); fuse them too or give it its own kernel"
                 )
-            if self.kept(config, name) and len(readers) < 2:
+            if kept and len(readers) < 2:
                 return (), (
                     f"keep.{name}=True changes nothing: one stage ({', '.join(sorted(readers))}) "
                     f"computes {name}; keeping a row pays where two stages of a kernel read it"
@@ -262,7 +263,7 @@ class RowSpace(Space):
                 Kernel(
                     root=block.name,
                     reductions=tuple(n for n in others if nest.block(n).kind == "reduce"),
-                    inlined=self._inlined_into(config, mine),
+                    inlined=self.inlined_into(config, mine),
                     kept=tuple(n for n in others if nest.block(n).kind == "map"),
                 )
             )
@@ -278,7 +279,7 @@ class RowSpace(Space):
                 out.add(reader)
         return out
 
-    def _inlined_into(self, config: Config, stages: list[str]) -> tuple[str, ...]:
+    def inlined_into(self, config: Config, stages: list[str]) -> tuple[str, ...]:
         """Inlined maps that the computed ``stages`` read, directly or through each other
         (a kept map is computed, not inlined: it stops the walk)."""
         seen: list[str] = []
@@ -303,7 +304,7 @@ class RowSpace(Space):
         map inlined into it: on OpenCL its lanes are not vectorised (see
         :mod:`~autosched.space.rowwise_schedule`)."""
         flags = set(self.nest.row_map_inputs)
-        stages = (name, *self._inlined_into(config, [name]))
+        stages = (name, *self.inlined_into(config, [name]))
         return any(flags & set(self.nest.block(s).reads) for s in stages)
 
     def threads(self, config: Config) -> int:

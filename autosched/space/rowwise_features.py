@@ -45,9 +45,9 @@ def describe_rows(space: RowSpace, config: Config) -> dict[str, float]:
     # Inlined maps are evaluated once per stage that computes them, kept ones once.
     kept = sum(len(k.kept) for k in kernels)
     evaluated = kept + sum(
-        len(space._inlined_into(config, [s])) for k in kernels for s in k.computed
+        len(space.inlined_into(config, [s])) for k in kernels for s in k.computed
     )
-    inlined = sum(nest.block(n).kind == "map" and config[f"fuse.{n}"] for n in nest.stages)
+    fused_maps = sum(nest.block(n).kind == "map" and config[f"fuse.{n}"] for n in nest.stages)
     cores = max(1, space.limits.cores)
     feats: dict[str, float] = {
         "log_threads": math.log2(threads),
@@ -67,7 +67,7 @@ def describe_rows(space: RowSpace, config: Config) -> dict[str, float]:
         "unfused_stages": float(len(nest.stages) - fused),
         "kernels": float(len(kernels)),
         "row_passes": float(passes),
-        "recomputed": float(evaluated - inlined),
+        "recomputed": float(evaluated - fused_maps),
         "bytes_per_row": moved * itemsize / nest.rows,
         "log_cols_per_item": math.log2(cols_per_item),
         "vectors_per_item": cols_per_item / vec,
