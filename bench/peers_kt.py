@@ -6,6 +6,21 @@ that away from the benchmark (and its PoCL cache in a fresh folder, as autosched
 measurement worker does). Kernel Tuner 1.5 accepts ``seed=`` but none of its
 strategies reads it: they draw from Python's and numpy's global generators, so the
 child seeds those.
+
+On a CPU driver the child gets the environment autosched's measurement child gets
+(PoCL's threads pinned, :func:`autosched.measure.worker.pocl_pinning`), and Kernel
+Tuner's stopwatch waits on each launch's event instead of polling it. Kernel Tuner times
+a launch by its event's profile (start to end) while its host thread asks every
+microsecond whether the launch has finished (``time.sleep(1e-6)`` in a loop, made so
+power observers can sample during the kernel). On a GPU that loop costs the kernel
+nothing; on PoCL it wakes up beside the kernel's own threads on the same cores, and its
+readings came out 1.43-1.61x slow against the shared harness (the Zen 4 and Zen 5 of
+2026-12-02/03/05, `stopwatch_ratios`). The same config of its SGEMM timed in one process
+four ways, interleaved, 10 rounds (Zen 5, 2026-12-05): Kernel Tuner's loop 260-307
+GFLOP/s, the same loop blocking on the event 311-378, launches queued back to back
+318-377; pinned or not within the rounds' noise. Waiting on the event keeps everything
+else of the loop (a launch per iteration, the event's profile, the mean of its
+iterations) and leaves the search as it is.
 """
 
 from __future__ import annotations
@@ -23,9 +38,9 @@ import numpy as np
 STRATEGIES = ("bayes_opt", "genetic_algorithm", "random_sample")
 
 
-def _child(conn, job: dict[str, Any]) -> None:
+def _child(conn, job: dict[str, Any], env: dict[str, str]) -> None:
     workdir = tempfile.mkdtemp(prefix="bench-kt-")
-    os.environ.update({"POCL_CACHE_DIR": workdir, "PYOPENCL_NO_CACHE": "1"})
+    os.environ.update({**env, "POCL_CACHE_DIR": workdir, "PYOPENCL_NO_CACHE": "1"})
     # Kernel Tuner writes the sources of a failing kernel to the working directory.
     sys.path[:] = [os.path.abspath(p) for p in sys.path]
     os.chdir(workdir)
@@ -56,8 +71,11 @@ def _tune(
     from datetime import datetime
 
     import kernel_tuner
+    from kernel_tuner.backends.opencl import OpenCLFunctions
 
     from bench import peers_sgemm
+
+    OpenCLFunctions.kernel_finished = _waited  # see the module docstring
 
     random.seed(seed)
     np.random.seed(seed)  # Kernel Tuner only draws from the global generators
@@ -124,6 +142,13 @@ def _tune(
     }
 
 
+def _waited(self) -> bool:
+    """Kernel Tuner's ``kernel_finished`` for its OpenCL backend, blocking on the launch's
+    event rather than asking its status (its loop polls this every microsecond)."""
+    self.event.wait()
+    return True
+
+
 def tune(
     *,
     m: int,
@@ -138,12 +163,14 @@ def tune(
     local_mem_bytes: int,
     iterations: int = 7,
     timeout_s: float = 3600.0,
+    env: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Tune the SGEMM with Kernel Tuner's ``strategy`` for ``trials`` evaluations.
 
     Returns the evaluations in Kernel Tuner's order (config, its own mean time, seconds
-    since the start), the wall time, and the device name. Raises RuntimeError if the
-    run fails or exceeds ``timeout_s``.
+    since the start), the wall time, and the device name. ``env``: variables the child
+    sets before it opens OpenCL (PoCL's pinning). Raises RuntimeError if the run fails or
+    exceeds ``timeout_s``.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
@@ -162,7 +189,7 @@ def tune(
     )
     ctx = mp.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
-    proc = ctx.Process(target=_child, args=(child, job), daemon=True)
+    proc = ctx.Process(target=_child, args=(child, job, env or {}), daemon=True)
     proc.start()
     child.close()
     try:

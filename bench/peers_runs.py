@@ -182,6 +182,7 @@ def run_autosched(wl, *, strategy: str, target: str, seed: int, args, device) ->
 
 
 def run_kernel_tuner(wl, *, strategy: str, seed: int, args, device) -> Run:
+    from autosched.measure.worker import pocl_pinning
     from bench import peers_kt, peers_sgemm
 
     m, n, k = wl.M, wl.N, wl.K
@@ -197,6 +198,7 @@ def run_kernel_tuner(wl, *, strategy: str, seed: int, args, device) -> Run:
         tolerance=wl.tolerance(),
         local_mem_bytes=device.local_mem_bytes,
         timeout_s=max(600.0, 60.0 * args.trials),
+        env=pocl_pinning(device),  # the environment autosched's measurement child has
     )
     run = Run(tuner="", seed=seed, target="opencl", wall_s=result["wall_s"])
     for ev in result["evaluations"]:

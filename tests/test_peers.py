@@ -8,6 +8,7 @@ Kernel Tuner is in the ``bench`` extra, which the test suite's install brings
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from autosched.measure.program import KernelProgram
@@ -106,6 +107,7 @@ def test_each_rule_rejects_its_invalid_config(change, reason):
 
 
 def test_kernel_tuner_peer_records_every_evaluation_in_order(device):
+    from autosched.measure.worker import pocl_pinning
     from bench import peers_kt
 
     m, n, k = 64, 64, 32
@@ -122,6 +124,7 @@ def test_kernel_tuner_peer_records_every_evaluation_in_order(device):
         local_mem_bytes=device.local_mem_bytes,
         iterations=2,
         timeout_s=120,
+        env=pocl_pinning(device),
     )
     evs = out["evaluations"]
     assert len(evs) == 3
@@ -137,6 +140,31 @@ def test_kernel_tuner_peer_records_every_evaluation_in_order(device):
             local_mem_bytes=device.local_mem_bytes,
             max_work_group=device.max_work_group_size,
         )
+
+
+def test_kernel_tuner_s_stopwatch_waits_on_the_launch_instead_of_polling_it(device):
+    """Kernel Tuner's loop asks ``kernel_finished`` until it says yes; the peer's
+    replacement blocks on the launch's event, so it says yes once, with the kernel done
+    and its profile (what Kernel Tuner reads) complete."""
+    import pyopencl as cl
+
+    from bench import peers_kt
+
+    ctx = cl.Context([cl.get_platforms()[device.platform_index].get_devices()[device.device_index]])
+    queue = cl.CommandQueue(ctx, properties=cl.command_queue_properties.PROFILING_ENABLE)
+    src = "__kernel void spin(__global float *x) { float v = x[get_global_id(0)];"
+    src += " for (int i = 0; i < 200000; ++i) v = v * 0.999f + 1.0f; x[get_global_id(0)] = v; }"
+    kernel = cl.Program(ctx, src).build().spin
+    buf = cl.Buffer(ctx, cl.mem_flags.READ_WRITE, size=4 * 64)
+    cl.enqueue_fill_buffer(queue, buf, np.float32(0), 0, 4 * 64).wait()
+
+    class Backend:  # what kernel_finished reads of Kernel Tuner's OpenCL backend
+        event = kernel(queue, (64,), None, buf)
+
+    assert peers_kt._waited(Backend()) is True
+    status = Backend.event.get_info(cl.event_info.COMMAND_EXECUTION_STATUS)
+    assert status == cl.command_execution_status.COMPLETE
+    assert Backend.event.profile.end > Backend.event.profile.start
 
 
 # -- metrics ------------------------------------------------------------------------------
