@@ -7,14 +7,15 @@ measurement worker does). Kernel Tuner 1.5 accepts ``seed=`` but none of its
 strategies reads it: they draw from Python's and numpy's global generators, so the
 child seeds those.
 
-On a CPU driver the child gets the environment autosched's measurement child gets
-(PoCL's threads pinned, :func:`autosched.measure.worker.pocl_pinning`), and Kernel
-Tuner's stopwatch waits on each launch's event instead of polling it. Kernel Tuner times
+The child gets the environment autosched's measurement child gets (on PoCL, its threads
+pinned: :func:`autosched.measure.worker.pocl_pinning`), and Kernel Tuner's stopwatch
+waits on each launch's event instead of polling it (on any device: the time is the
+event's profile either way). Kernel Tuner times
 a launch by its event's profile (start to end) while its host thread asks every
 microsecond whether the launch has finished (``time.sleep(1e-6)`` in a loop, made so
 power observers can sample during the kernel). On a GPU that loop costs the kernel
 nothing; on PoCL it wakes up beside the kernel's own threads on the same cores, and its
-readings came out 1.43-1.61x slow against the shared harness (the Zen 4 and Zen 5 of
+readings came out 1.26-1.61x slow against the shared harness (the Zen 4 and Zen 5 of
 2026-12-02/03/05, `stopwatch_ratios`). The same config of its SGEMM timed in one process
 four ways, interleaved, 10 rounds (Zen 5, 2026-12-05): Kernel Tuner's loop 260-307
 GFLOP/s, the same loop blocking on the event 311-378, launches queued back to back
