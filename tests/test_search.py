@@ -721,7 +721,8 @@ def test_on_a_cpu_the_prior_counts_registers_in_the_configs_vector_width(
     """A 32-register AVX-512 file holds 256 accumulators of 8-wide vectors, not 512 (the
     compiler vectorises scalar code to the full width): counted so, the prior ranks the
     Zen 5 samples and the Zen 4 llvm matmul at Kendall tau 0.44 / 0.57 / 0.57 against
-    0.38 / 0.55 / 0.47 in native lanes."""
+    0.38 / 0.55 / 0.47 in native lanes (the Zen 5 matmul sample measured again with B's
+    panels, 2026-12-05: 0.52)."""
     from autosched.tuning.replay import read_records
 
     path = Path(__file__).parent.parent / f"bench/replay/{sample}.jsonl.gz"
