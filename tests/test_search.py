@@ -27,6 +27,7 @@ from autosched.search import make_strategy
 from autosched.search.base import score
 from autosched.search.evolutionary import EvolutionarySearch, diverse
 from autosched.search.sources import (
+    BEST_RANKER_AFTER,
     FIRST_PICKS,
     TIE_DECIMALS,
     Blend,
@@ -323,7 +324,7 @@ def test_a_transfer_source_steers_only_by_what_it_ranks_beyond_chance(records, l
     rng = np.random.default_rng(1)
     noisy = theirs_pred + rng.normal(0, 2 * np.std(theirs_pred), len(theirs_pred))
     mine = _relabel(target, 1.0 + ranks_of(noisy))
-    for n in (9, 40):
+    for n in (9, BEST_RANKER_AFTER - 1):
         blend.refit(mine[:n], mine[:n], space_for)
         tau = kendall(theirs_pred[:n], np.array([r.gflops for r in mine[:n]]))
         assert tau > 0
@@ -332,6 +333,35 @@ def test_a_transfer_source_steers_only_by_what_it_ranks_beyond_chance(records, l
         assert w["transfer:other-device"] < tau
     assert tau_noise(9) == pytest.approx(0.2665, abs=1e-3)
     assert tau_noise(40) == pytest.approx(0.1100, abs=1e-3)
+
+
+def test_once_measured_enough_a_source_weighs_its_chance_of_ranking_best(records, limits):
+    # A transfer source that ranks this device's measurements beyond chance, but worse
+    # than the prior does, keeps a say while they are few and loses it once they are
+    # enough to tell the two apart: its weight is the share of bootstrap resamples in
+    # which it ranks them best (none), not its clipped tau.
+    target = [r for r in _one_shape(records) if r.ok]
+    space_for = _space_for(limits)
+    space = space_for(target[0].workload)
+    X = featurize(space, [Config(r.config) for r in target])
+    mine = _relabel(target, 1.0 + ranks_of(prior_score(X)))
+    blend = Blend(space, seed=0, members=3)
+    blend.add_transfer("other-device", _other_device_records(records, target), space_for)
+    theirs = blend.transfer["other-device"].predict(X)
+    n = BEST_RANKER_AFTER + 16
+    assert len(mine) >= n
+    y = np.array([r.gflops for r in mine])
+    for m in (BEST_RANKER_AFTER - 1, n):
+        assert kendall(theirs[:m], y[:m]) - tau_noise(m) > 0.05  # beyond chance
+    blend.refit(mine[: BEST_RANKER_AFTER - 1], mine[: BEST_RANKER_AFTER - 1], space_for)
+    assert blend.weights()["transfer:other-device"] > 0.05
+    blend.refit(mine[:n], mine[:n], space_for)
+    w = blend.weights()
+    assert w["transfer:other-device"] == 0.0, w
+    assert w["prior"] > 0.9 and w["own"] < 0.5, w
+    # The blend then ranks what is left as the prior does.
+    rest = [Config(r.config) for r in mine[n:]]
+    assert kendall(blend.score(rest), y[n:]) > 0.5
 
 
 def test_before_any_measurement_each_source_s_top_picks_come_first(records, limits):

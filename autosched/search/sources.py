@@ -30,6 +30,18 @@ the Zen 4's llvm 7x7 conv 35.2 -> 30.2; worse on four, by at most 1.4). Over all
 samples with sources (bench/replay.py, the same day) the gain is within the seeds'
 noise: transfer fewer trials than cold on 14, more on 11 (13 and 12 before).
 
+From :data:`BEST_RANKER_AFTER` own measurements on, the weights are rank-weighted
+ensembles' own (Feurer et al.): each source's chance of ranking the measurements best,
+over bootstrap resamples of them (:meth:`Blend._best_ranker_weights`), so a source that
+ranks beyond chance but behind another stops steering. With clipped taus the prior kept
+pushing the llvm softmax searches to unroll 8, which the measurements then never varied
+(the Zen 5's best after 64 trials stayed at 96 % of its sample's best; 98.7 % now).
+Replayed on the 47 CPU and OpenCL samples (20 seeds each, on a Zen 5, 2026-12-05):
+scores summed 39.42 -> 39.49 cold, trials to 95 % summed 407 -> 402 (the Zen 3's llvm
+127x1000x333 matmul 32 -> 26, the Zen 4's llvm softmax 29 -> 30), the transfer runs'
+mean 7.81 -> 7.65 trials; weighing by best rank from the first batch on cost the Zen 3
+OpenCL conv2d 17.5 -> 39.5 trials and the Zen 4 llvm 7x7 conv 24 -> 47.
+
 On a CPU the prior is read twice once measurements weigh it: whole, and without its
 term for the config's own vector width (:func:`_vector_reading`), since whether scalar
 code runs as wide as explicit vectors is the driver's or the compiler's to say; the
@@ -85,6 +97,14 @@ OWN_FLOOR = 0.05  # a fitted own model keeps at least this weight: the data is t
 # Before any measurement, the position in the prior's ranking that a source of similarity
 # s starts at is FIRST_PICKS * (1/s - 1): one batch's worth of picks sets the scale.
 FIRST_PICKS = 8
+# From this many own measurements of the workload on, each source's weight is the
+# chance that it ranks them best (:meth:`Blend._best_ranker_weights`), out of this many
+# bootstrap resamples.
+# bootstrap resamples of at most BEST_RANKER_ROWS of them (an overnight tune's thousand
+# measurements cost no more per refit than 128).
+BEST_RANKER_AFTER = 24
+BEST_RANKER_RESAMPLES = 200
+BEST_RANKER_ROWS = 128
 TIE_DECIMALS = 6  # scores this close are a tie (the prior's are log2 throughputs)
 
 
@@ -211,7 +231,9 @@ class Blend:
         valid = [(Config(r.config), score(r)) for r in mine]
         valid = [(c, s) for c, s in valid if self.space.is_valid(c)]
         self.weighed = len(valid) >= MIN_RANKED
-        if self.weighed:
+        if self.weighed and len(valid) >= BEST_RANKER_AFTER and self.own.is_fitted:
+            self._best_ranker_weights(sources, valid)
+        elif self.weighed:
             Xm = featurize(self.space, [c for c, _ in valid], names=self.names)
             ym = np.array([s for _, s in valid])
             # Another device's model steers only by what it ranks beyond chance: with
@@ -232,6 +254,51 @@ class Blend:
             sources.append(Source("own", self._ucb, OWN_FLOOR))
         self.sources = sources
         log.debug("source weights: %s", {s.name: round(s.weight, 3) for s in sources})
+
+    def _best_ranker_weights(self, sources: list[Source], valid: list) -> None:
+        """Weigh ``sources``, the prior read both ways (:func:`_vector_reading`) and the
+        own ensemble (its out-of-bag predictions) by the chance that each ranks this
+        workload's measurements ``valid`` best, as rank-weighted Gaussian-process
+        ensembles do (Feurer et al.): over bootstrap resamples of the measurements, the
+        share in which its misranked pairs are the fewest (ties split the resample),
+        times its device's similarity. Appends the own source.
+
+        Clipped taus weigh every source that ranks beyond chance, however far behind
+        the best: the prior, which ranks a row-wise nest's vector width and fusion right,
+        kept steering every batch to its favoured unroll, a knob the measurements then
+        never varied (the Zen 4's llvm softmax sample: 49 of the model search's trials
+        12 to 63 at unroll 8, where the sample's 13 configs within 95 % of the best hold
+        every unroll). Here a source the others outrank on the measurements fades, and
+        the own ensemble, flat in what it never saw vary, leaves the choice to the
+        spread and the population. Before :data:`BEST_RANKER_AFTER` measurements the
+        out-of-bag predictions of a few rows win resamples by luck, and the taus weigh.
+        """
+        Xm = featurize(self.space, [c for c, _ in valid], names=self.names)
+        ym = np.array([s for _, s in valid])
+        if self.space.limits.is_cpu:
+            plain = functools.partial(prior_score, vectors=False)
+            sources.insert(1, Source("prior:no-vectors", plain))
+        oob = self.own.oob_prediction_[: len(valid)].copy()
+        missing = ~np.isfinite(oob)  # rows every member drew: the mean prediction
+        if missing.any():
+            oob[missing] = self.own.predict(Xm[missing])
+        sources.append(Source("own", self._ucb))
+        preds = np.array([*(s.predict(Xm) for s in sources[:-1]), oob])
+        rng = np.random.default_rng(self.seed + len(ym))
+        wins = np.zeros(len(sources))
+        for _ in range(BEST_RANKER_RESAMPLES):
+            idx = rng.integers(len(ym), size=min(len(ym), BEST_RANKER_ROWS))
+            lower = ym[idx][:, None] < ym[idx][None, :]
+            p = preds[:, idx]
+            # A pair measured lower-higher is misranked where the prediction is not
+            # lower too; a tie counts half.
+            wrong = (p[:, :, None] > p[:, None, :]) + 0.5 * (p[:, :, None] == p[:, None, :])
+            loss = (wrong * lower).sum(axis=(1, 2))
+            best = np.flatnonzero(loss == loss.min())
+            wins[best] += 1.0 / len(best)
+        for s, w in zip(sources, wins / BEST_RANKER_RESAMPLES):
+            s.weight = w * s.trust
+        sources[-1].weight = max(OWN_FLOOR, sources[-1].weight)
 
     def _ucb(self, X: np.ndarray) -> np.ndarray:
         own = self._believed or self.own
