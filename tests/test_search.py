@@ -228,11 +228,16 @@ def _relabel(recs, gflops, family="this-device"):
     ]
 
 
-def test_a_prior_that_ranks_this_device_wrongly_fades(records, limits):
+def _labelled(records, limits):
+    """One shape's records that ran, its space and their feature rows."""
     mine = [r for r in _one_shape(records) if r.ok]
     space_for = _space_for(limits)
     space = space_for(mine[0].workload)
-    X = featurize(space, [Config(r.config) for r in mine])
+    return mine, space_for, space, featurize(space, [Config(r.config) for r in mine])
+
+
+def test_a_prior_that_ranks_this_device_wrongly_fades(records, limits):
+    mine, space_for, space, X = _labelled(records, limits)
     # A device on which everything the prior likes is slow.
     upside_down = _relabel(mine, 1.0 + ranks_of(-prior_score(X)))
     blend = Blend(space, seed=0, members=3)
@@ -245,10 +250,7 @@ def test_a_prior_that_ranks_this_device_wrongly_fades(records, limits):
 
 
 def test_a_prior_that_ranks_this_device_well_keeps_its_say(records, limits):
-    mine = [r for r in _one_shape(records) if r.ok]
-    space_for = _space_for(limits)
-    space = space_for(mine[0].workload)
-    X = featurize(space, [Config(r.config) for r in mine])
+    mine, space_for, space, X = _labelled(records, limits)
     agreeing = _relabel(mine, 1.0 + ranks_of(prior_score(X)))
     blend = Blend(space, seed=0, members=3)
     blend.refit(agreeing[:16], agreeing[:16], space_for)
@@ -261,10 +263,7 @@ def test_on_a_cpu_the_measurements_say_whether_the_vector_width_counts(records, 
     # a config's own vectors pay. The prior with and without its vector term are both
     # read; the one that ranks the measurements' top better takes the prior's weight.
     assert limits.is_cpu
-    mine = [r for r in _one_shape(records) if r.ok]
-    space_for = _space_for(limits)
-    space = space_for(mine[0].workload)
-    X = featurize(space, [Config(r.config) for r in mine])
+    mine, space_for, space, X = _labelled(records, limits)
     assert len(set(X[:, CORE_FEATURES.index("log_vec")])) > 1  # their widths differ
     device = _relabel(mine, 1.0 + ranks_of(prior_score(X, vectors=vectors)))[:24]
     blend = Blend(space, seed=0, members=3)
@@ -340,10 +339,7 @@ def test_once_measured_enough_a_source_weighs_its_chance_of_ranking_best(records
     # than the prior does, keeps a say while they are few and loses it once they are
     # enough to tell the two apart: its weight is the share of bootstrap resamples in
     # which it ranks them best (none), not its clipped tau.
-    target = [r for r in _one_shape(records) if r.ok]
-    space_for = _space_for(limits)
-    space = space_for(target[0].workload)
-    X = featurize(space, [Config(r.config) for r in target])
+    target, space_for, space, X = _labelled(records, limits)
     mine = _relabel(target, 1.0 + ranks_of(prior_score(X)))
     blend = Blend(space, seed=0, members=3)
     blend.add_transfer("other-device", _other_device_records(records, target), space_for)

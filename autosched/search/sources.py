@@ -97,11 +97,10 @@ OWN_FLOOR = 0.05  # a fitted own model keeps at least this weight: the data is t
 # Before any measurement, the position in the prior's ranking that a source of similarity
 # s starts at is FIRST_PICKS * (1/s - 1): one batch's worth of picks sets the scale.
 FIRST_PICKS = 8
-# From this many own measurements of the workload on, each source's weight is the
-# chance that it ranks them best (:meth:`Blend._best_ranker_weights`), out of this many
-# bootstrap resamples.
-# bootstrap resamples of at most BEST_RANKER_ROWS of them (an overnight tune's thousand
-# measurements cost no more per refit than 128).
+# From BEST_RANKER_AFTER own measurements of the workload on, each source's weight is
+# the chance that it ranks them best (:meth:`Blend._best_ranker_weights`), out of
+# BEST_RANKER_RESAMPLES bootstrap resamples of at most BEST_RANKER_ROWS of them (an
+# overnight tune's thousand measurements cost no more per refit than 128).
 BEST_RANKER_AFTER = 24
 BEST_RANKER_RESAMPLES = 200
 BEST_RANKER_ROWS = 128
@@ -231,11 +230,12 @@ class Blend:
         valid = [(Config(r.config), score(r)) for r in mine]
         valid = [(c, s) for c, s in valid if self.space.is_valid(c)]
         self.weighed = len(valid) >= MIN_RANKED
-        if self.weighed and len(valid) >= BEST_RANKER_AFTER and self.own.is_fitted:
-            self._best_ranker_weights(sources, valid)
-        elif self.weighed:
+        if self.weighed:
             Xm = featurize(self.space, [c for c, _ in valid], names=self.names)
             ym = np.array([s for _, s in valid])
+        if self.weighed and len(valid) >= BEST_RANKER_AFTER and self.own.is_fitted:
+            self._best_ranker_weights(sources, Xm, ym)
+        elif self.weighed:
             # Another device's model steers only by what it ranks beyond chance: with
             # few measurements a tau that size can be noise (the prior, the device's own
             # properties, keeps its plain tau).
@@ -255,10 +255,10 @@ class Blend:
         self.sources = sources
         log.debug("source weights: %s", {s.name: round(s.weight, 3) for s in sources})
 
-    def _best_ranker_weights(self, sources: list[Source], valid: list) -> None:
+    def _best_ranker_weights(self, sources: list[Source], Xm: np.ndarray, ym: np.ndarray) -> None:
         """Weigh ``sources``, the prior read both ways (:func:`_vector_reading`) and the
         own ensemble (its out-of-bag predictions) by the chance that each ranks this
-        workload's measurements ``valid`` best, as rank-weighted Gaussian-process
+        workload's measurements (features ``Xm``, scores ``ym``) best, as rank-weighted Gaussian-process
         ensembles do (Feurer et al.): over bootstrap resamples of the measurements, the
         share in which its misranked pairs are the fewest (ties split the resample),
         times its device's similarity. Appends the own source.
@@ -273,12 +273,9 @@ class Blend:
         spread and the population. Before :data:`BEST_RANKER_AFTER` measurements the
         out-of-bag predictions of a few rows win resamples by luck, and the taus weigh.
         """
-        Xm = featurize(self.space, [c for c, _ in valid], names=self.names)
-        ym = np.array([s for _, s in valid])
         if self.space.limits.is_cpu:
-            plain = functools.partial(prior_score, vectors=False)
-            sources.insert(1, Source("prior:no-vectors", plain))
-        oob = self.own.oob_prediction_[: len(valid)].copy()
+            sources.insert(1, _prior_without_vectors())
+        oob = self.own.oob_prediction_[: len(ym)].copy()
         missing = ~np.isfinite(oob)  # rows every member drew: the mean prediction
         if missing.any():
             oob[missing] = self.own.predict(Xm[missing])
@@ -375,6 +372,11 @@ def top_kendall(pred: np.ndarray, y: np.ndarray) -> float:
     return float(tau) if np.isfinite(tau) else -1.0
 
 
+def _prior_without_vectors() -> Source:
+    """The prior without its term for the config's own vector width."""
+    return Source("prior:no-vectors", functools.partial(prior_score, vectors=False))
+
+
 def _vector_reading(prior: Source, Xm: np.ndarray, ym: np.ndarray) -> Source:
     """The prior without its vector term, weighed against the whole prior on a CPU;
     returns it with its weight, and sets the prior's.
@@ -392,7 +394,7 @@ def _vector_reading(prior: Source, Xm: np.ndarray, ym: np.ndarray) -> Source:
     seeds): the model search's scores summed 16.00 -> 16.06; the 127x1000x333 matmul on
     Zen 3 llvm 43 -> 34.5 trials to 95 % of the best and on Zen 5 OpenCL 26 -> 20.5, the
     512^3 matmul on Zen 4 19.5 -> 26.5 (no peer's median run gets there in 64)."""
-    plain = Source("prior:no-vectors", functools.partial(prior_score, vectors=False))
+    plain = _prior_without_vectors()
     predicted = plain.predict(Xm)
     weight = max(prior.weight, kendall(predicted, ym))
     whole, without = top_kendall(prior.predict(Xm), ym), top_kendall(predicted, ym)
