@@ -2,7 +2,8 @@
 
 OpenCL: OpenCL C source and launch geometry. The geometry is read from TVM's lowered
 device functions (their ``thread_extent`` attributes and parameters), never parsed out
-of the generated C. llvm: a shared library compiled for the host CPU, as bytes.
+of the generated C; the source keeps a reduction's partial results in a vector register
+(:mod:`autosched.measure.opencl_source`). llvm: a shared library compiled for the host CPU, as bytes.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from autosched.errors import ScheduleError
 from autosched.iree import IREE_TARGETS
+from autosched.measure.opencl_source import vector_accumulators
 from autosched.measure.program import CpuProgram, KernelLaunch, KernelProgram, Program
 from autosched.ops.base import TensorSpec
 from autosched.space.config import Config
@@ -109,7 +111,7 @@ def opencl_program(
         extents: dict[str, int] = {}
         _thread_extents(func.body, extents)
         launches.append(_launch(gv.name_hint, tuple(args), extents))
-    source = codegen_build(dev_mod, dev_target).inspect_source()
+    source = vector_accumulators(codegen_build(dev_mod, dev_target).inspect_source())
     return KernelProgram(source=source, kernels=tuple(launches), tensors=tuple(tensors))
 
 

@@ -1,0 +1,88 @@
+"""OpenCL C from TVM, with a reduction's vector of partial results kept in a register.
+
+TVM writes a reduction split over vector lanes (``rfactor``: the row-wise family's sums
+and maxima, ``vec`` partial results per row) as a private array of scalars,
+``float acc[16];``, read and written whole (``vload16(0, acc + 0)``,
+``vstore16(v, 0, acc + 0)``) and lane by lane (``acc[3]`` in the final sum; ``acc[i]``
+in a loop over the lanes of a row's last, partial vector). It types a private array as
+vectors only where every access is a whole vector (a matmul's register tile is
+``float16 C_local[16]``), so the lane accesses keep this one scalar. PoCL (3.1 on LLVM
+15) then leaves the array in memory, a store and a load around every step of the
+reduction's chain. Declared as one vector variable instead (``float16 acc;``, whole:
+``acc``, a constant lane: ``acc.s3``, a lane the code computes: ``((float*)&acc)[i]``),
+the same kernels keep it in registers. On a Zen 5's PoCL (``pthread-skylake-avx512``;
+50 or 30 launches back to back, medians of 20, interleaved): the tuned 197 x 768
+layernorm ran in 25-29 us against 56-75 us (a hand-written kernel with vector
+accumulators: 22-27 us); a 2364 x 197 softmax in 16-wide vectors (a five-lane tail) in
+168-171 us against 275-276 (with clang's subscript of a vector for the tail's lanes,
+which OpenCL C does not define, 189-193).
+
+:func:`vector_accumulators` rewrites only arrays whose every use is one of those forms;
+any other use (an offset, the array passed on) leaves the array as TVM wrote it.
+"""
+
+from __future__ import annotations
+
+import re
+
+LANES = (2, 3, 4, 8, 16)  # OpenCL C's vector widths (float3 has lanes s0-s2)
+
+_DECLARATION = re.compile(r"^[ \t]*float (\w+)\[(\d+)\];[ \t]*$", re.M)
+_KERNEL = re.compile(r"^(?=__kernel )", re.M)  # where each kernel's text begins
+
+
+def vector_accumulators(source: str) -> str:
+    """``source`` with each private ``float NAME[n]`` (n an OpenCL vector width) that is
+    only loaded whole, stored whole and read or written one constant lane at a time
+    declared as a ``floatn`` variable instead, kernel by kernel (TVM gives each
+    kernel's arrays the same names). Everything else is left as it is."""
+    return "".join(_in_kernel(text) for text in _KERNEL.split(source))
+
+
+def _in_kernel(text: str) -> str:
+    for match in list(_DECLARATION.finditer(text)):
+        name, lanes = match.group(1), int(match.group(2))
+        if lanes in LANES:
+            text = _as_vector(text, name, lanes)
+    return text
+
+
+def _as_vector(source: str, name: str, lanes: int) -> str:
+    declaration = re.compile(rf"^([ \t]*)float {name}\[{lanes}\];", re.M)
+    load = f"vload{lanes}(0, {name} + 0)"
+    store = re.compile(rf"^([ \t]*)vstore{lanes}\((.*), 0, {name} \+ 0\);[ \t]*$", re.M)
+    lane = re.compile(rf"\b{name}\[([^\[\]]+)\]")
+    stores = [m for m in store.finditer(source) if _balanced(m.group(2))]
+    lane_uses = [m for m in lane.finditer(source) if _lane(m.group(1), lanes)]
+    known = 1 + source.count(load) + len(stores) + len(lane_uses)
+    if len(declaration.findall(source)) != 1 or known != len(re.findall(rf"\b{name}\b", source)):
+        return source
+    out = declaration.sub(rf"\1float{lanes} {name};", source)
+    out = out.replace(load, name)
+    out = store.sub(lambda m: f"{m.group(1)}{name} = {m.group(2)};", out)
+    return lane.sub(lambda m: _lane_of(name, m.group(1)), out)
+
+
+def _lane(index: str, lanes: int) -> bool:
+    """Whether ``index`` is a lane of the vector: a constant below ``lanes``, or an
+    expression the code computes (TVM's loop over a partial vector's lanes, each one
+    guarded; a constant past the end is not a lane)."""
+    index = index.strip()
+    return int(index) < lanes if index.isdigit() else _balanced(index)
+
+
+def _lane_of(name: str, index: str) -> str:
+    index = index.strip()
+    if index.isdigit():
+        return f"{name}.s{int(index):x}"
+    return f"((float*)&{name})[{index}]"  # OpenCL C names no lane by a computed index
+
+
+def _balanced(expression: str) -> bool:
+    """Whether ``expression``'s parentheses pair up (the store's value is one expression)."""
+    depth = 0
+    for ch in expression:
+        depth += (ch == "(") - (ch == ")")
+        if depth < 0:
+            return False
+    return depth == 0
