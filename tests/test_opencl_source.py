@@ -63,6 +63,11 @@ def test_an_array_used_any_other_way_is_left_as_tvm_wrote_it():
     passed_on = KERNEL.replace("y_ptr[0] = total[0];", "y_ptr[0] = f(acc);")
     for text in (offset, past_the_end, nested, passed_on):
         assert vector_accumulators(text) == text
+    # Used lane by lane only (a contraction's register tile of four scalars): as it was.
+    tile = (
+        "__kernel void k(__global float* y) {\n  float C[4];\n  C[0] = 0.0f;\n  y[0] = C[0];\n}\n"
+    )
+    assert vector_accumulators(tile) == tile
 
 
 def test_each_kernel_of_a_source_is_rewritten_on_its_own():

@@ -10,15 +10,18 @@ vectors only where every access is a whole vector (a matmul's register tile is
 15) then leaves the array in memory, a store and a load around every step of the
 reduction's chain. Declared as one vector variable instead (``float16 acc;``, whole:
 ``acc``, a constant lane: ``acc.s3``, a lane the code computes: ``((float*)&acc)[i]``),
-the same kernels keep it in registers. On a Zen 5's PoCL (``pthread-skylake-avx512``;
-50 or 30 launches back to back, medians of 20, interleaved): the tuned 197 x 768
-layernorm ran in 25-29 us against 56-75 us (a hand-written kernel with vector
-accumulators: 22-27 us); a 2364 x 197 softmax in 16-wide vectors (a five-lane tail) in
-168-171 us against 275-276 (with clang's subscript of a vector for the tail's lanes,
-which OpenCL C does not define, 189-193).
+the same kernels keep it in registers. On a Zen 5's PoCL (``pthread-skylake-avx512``),
+each config's program timed both ways by autosched's runner, three rounds interleaved:
+the best config of a 48-trial tune of the 197 x 768 layernorm 22-28 us against 51-56 us,
+of the 2364 x 197 softmax (16-wide vectors, a five-lane tail) 131-132 us against
+245-247 us; a conv2d config whose register tile is walked by a computed lane, 11.4-11.7
+ms both ways. (A hand-written layernorm kernel with vector accumulators: 22-27 us.)
 
-:func:`vector_accumulators` rewrites only arrays whose every use is one of those forms;
-any other use (an offset, the array passed on) leaves the array as TVM wrote it.
+:func:`vector_accumulators` rewrites only arrays read or written whole at least once and
+whose every use is one of those forms; any other use (an offset, the array passed on)
+leaves the array as TVM wrote it, and so does an array used lane by lane only (a
+contraction's register tile of 4 or 16 scalars, which compilers keep in registers as it
+is).
 """
 
 from __future__ import annotations
@@ -54,8 +57,11 @@ def _as_vector(source: str, name: str, lanes: int) -> str:
     lane = re.compile(rf"\b{name}\[([^\[\]]+)\]")
     stores = [m for m in store.finditer(source) if _balanced(m.group(2))]
     lane_uses = [m for m in lane.finditer(source) if _lane(m.group(1), lanes)]
-    known = 1 + source.count(load) + len(stores) + len(lane_uses)
+    whole = source.count(load) + len(stores)
+    known = 1 + whole + len(lane_uses)
     if len(declaration.findall(source)) != 1 or known != len(re.findall(rf"\b{name}\b", source)):
+        return source
+    if not whole:  # scalars only (a register tile's accumulators): LLVM keeps them already
         return source
     out = declaration.sub(rf"\1float{lanes} {name};", source)
     out = out.replace(load, name)
