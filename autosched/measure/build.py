@@ -3,7 +3,8 @@
 OpenCL: OpenCL C source and launch geometry. The geometry is read from TVM's lowered
 device functions (their ``thread_extent`` attributes and parameters), never parsed out
 of the generated C; the source keeps a reduction's partial results in a vector register
-(:mod:`autosched.measure.opencl_source`). llvm: a shared library compiled for the host CPU, as bytes.
+(:mod:`autosched.measure.opencl_source`). llvm: a shared library compiled for the host
+CPU, as bytes.
 """
 
 from __future__ import annotations

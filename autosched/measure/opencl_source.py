@@ -36,9 +36,9 @@ _KERNEL = re.compile(r"^(?=__kernel )", re.M)  # where each kernel's text begins
 
 def vector_accumulators(source: str) -> str:
     """``source`` with each private ``float NAME[n]`` (n an OpenCL vector width) that is
-    only loaded whole, stored whole and read or written one constant lane at a time
-    declared as a ``floatn`` variable instead, kernel by kernel (TVM gives each
-    kernel's arrays the same names). Everything else is left as it is."""
+    loaded or stored whole and otherwise read or written a lane at a time declared as a
+    ``floatn`` variable instead, kernel by kernel (TVM gives each kernel's arrays the
+    same names). Everything else is left as it is."""
     return "".join(_in_kernel(text) for text in _KERNEL.split(source))
 
 
