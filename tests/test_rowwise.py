@@ -20,6 +20,7 @@ from autosched.measure.worker import MeasureWorker
 from autosched.ops import workload
 from autosched.space.loopnest import analyze_row_prim_func, classify
 from autosched.space.rowwise import RowSpace
+from autosched.space.schedule import schedule
 from autosched.space.select import make_space
 from autosched.space.space import DeviceLimits
 from tests.conftest import make_data
@@ -382,11 +383,39 @@ def test_vector_tails_compute_the_reference(device, cpu, workers, name, target):
         assert wl.cols % config["vec"], (label, config)  # a tail, not a divisor
         assert space.check(config) is None, (label, space.check(config))
         program = build(space, config)
-        if target == "opencl":  # whole vectors, and the tail's guard
-            vec = config["vec"]
-            assert f"float{vec}" in program.source and "if (" in program.source, label
+        if target == "opencl":  # whole vectors, and the reductions' tail lanes one by one
+            vec, last = config["vec"], wl.cols - 1
+            assert f"float{vec}" in program.source, label
+            assert re.search(rf"\+ {last}\)\]", program.source), label  # the last column
+            assert "((float*)&" not in program.source, label  # no partial result by a computed lane
         outcome = workers[target].measure(program, data, FAST)
         assert outcome.status == "ok", (label, config, outcome.error)
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+@pytest.mark.parametrize("name", ["softmax", "layernorm"])
+def test_rows_past_the_last_read_nothing_where_a_row_ends_in_a_tail(cpu, name, target):
+    """37 rows in work-items (or tasks) of 4: the last group's three rows past the end are
+    guarded in every block that reads the input, the vector tail's steps too (the guard
+    of the tail's lanes once replaced the row's, and those rows read past the input)."""
+    op, params = TAILS[name]
+    wl = workload(op, **(params | {"rows": 37}))
+    space = make_space(wl, target=target, limits=cpu.limits if target == "llvm" else LIMITS)
+    changes = {"vec": 16, "unroll": 2, "fuse": True}
+    changes.update(reduce="item", threads=4) if target == "opencl" else changes.update(
+        rows_per_task=4
+    )
+    config = _config(space, changes)
+    assert space.check(config) is None and wl.cols % config["vec"]
+    text = schedule(space, config).script()
+    readers = 0
+    for block in re.split(r"with T\.sblock\(", text)[1:]:
+        reads = re.search(r"T\.reads\((.*)\)", block)
+        if reads and re.search(r"\bx\[", reads.group(1)):
+            readers += 1
+            where = re.search(r"T\.where\((.*)\)", block)
+            assert where and "< 37" in where.group(1), block.splitlines()[0]
+    assert readers >= 2
 
 
 def test_an_elementwise_row_walked_by_one_work_item_keeps_whole_vectors_past_a_tail(
