@@ -66,12 +66,12 @@ or a task (llvm) walks a row alone, ``vec`` need not divide the columns either: 
 row's last vector is a guarded tail, computed lane by lane, and the walk over the others
 is partitioned from it, so that they stay unguarded vector instructions (a ViT softmax's
 197 columns: 24 vectors of 8 and 5 columns; a reduction's tail lanes are unrolled, so
-that its partial results stay one vector: see ``rowwise_schedule._split_tail``). Group mode splits the columns among
-work-items and takes widths that divide them; so does an elementwise nest, except where
-``per_item`` is the whole row (always a choice, past ``MAX_PER_ITEM`` too): one
-work-item walks the row alone and takes a tail as above. Before, a 2304 x 197 bias add
-and GELU on a Xeon's PoCL ran scalar (per_item 197, vec 1: 3.6 ms); with a tail, vec 16
-(0.63 ms).
+that its partial results stay one vector: ``rowwise_schedule._split_tail``). Group mode
+splits the columns among work-items and takes widths that divide them; so does an
+elementwise nest, except where ``per_item`` is the whole row (always a choice, past
+``MAX_PER_ITEM`` too): one work-item walks the row alone and takes a tail as above.
+Before, a 2304 x 197 bias add and GELU on a Xeon's PoCL ran scalar (per_item 197, vec
+1: 3.6 ms); with a tail, vec 16 (0.63 ms).
 
 The default (:meth:`RowSpace.default`) is what TVM's default schedules do: every stage
 fused into one kernel (softmax's ``exp`` inlined into the row sum and the output, the

@@ -298,11 +298,7 @@ def _split_tail(sch, tail: _Tail) -> None:
     cheaper code (a 2364 x 197 add + GELU chain, vectors of 16, ran 12-18 % slower with
     its tail's lanes unrolled on a Zen 5's PoCL; the softmax and layernorm maps the same).
     """
-    extent = int(sch.get(tail.walk).extent)
-    if extent == 1:  # the row is one partial vector
-        (block,) = sch.get_child_blocks(tail.walk)
-        sch.unroll(sch.get_loops(block)[-1])
-        return
+    extent = int(sch.get(tail.walk).extent)  # >= 2: the space puts a whole vector first
     head, last = sch.loop_partition(tail.walk, [extent - 1, None])
     for block in sch.get_child_blocks(last):
         sch.unroll(sch.get_loops(block)[-1])
