@@ -4,7 +4,8 @@ TVM writes a reduction split over vector lanes (``rfactor``: the row-wise family
 and maxima, ``vec`` partial results per row) as a private array of scalars,
 ``float acc[16];``, read and written whole (``vload16(0, acc + 0)``,
 ``vstore16(v, 0, acc + 0)``) and lane by lane (``acc[3]`` in the final sum; ``acc[i]``
-in a loop over the lanes of a row's last, partial vector). It types a private array as
+in a loop over the lanes of a row's last, partial vector, where the schedule leaves that
+to TVM: the row-wise family's own unrolls it, ``rowwise_schedule._split_tail``). It types a private array as
 vectors only where every access is a whole vector (a matmul's register tile is
 ``float16 C_local[16]``), so the lane accesses keep this one scalar. PoCL (3.1 on LLVM
 15) then leaves the array in memory, a store and a load around every step of the
