@@ -22,34 +22,39 @@ import numpy as np
 
 PAGE = mmap.PAGESIZE
 TVM_ALIGN = 64  # bytes: TVM's kAllocAlignment
+_LIBC = ctypes.CDLL(None, use_errno=True)
 
 
 def _guarded(nbytes: int, mode: str, keep: list, align: int = 1) -> np.ndarray:
-    """``nbytes`` against an inaccessible page: ending at most ``align - 1`` bytes before
-    it (``end``: the start aligned to ``align``) or starting right after it (``start``)."""
+    """``nbytes`` of zeros (an anonymous mapping) against an inaccessible page: ending at
+    most ``align - 1`` bytes before it (``end``: the start aligned to ``align``) or
+    starting right after it (``start``)."""
     pages = -(-nbytes // PAGE) + 2  # the data's pages and one inaccessible page each side
     region = mmap.mmap(-1, pages * PAGE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     base = ctypes.addressof(ctypes.c_char.from_buffer(region))
-    libc = ctypes.CDLL(None, use_errno=True)
     for page in (0, pages - 1):
-        if libc.mprotect(ctypes.c_void_p(base + page * PAGE), PAGE, 0) != 0:
+        if _LIBC.mprotect(ctypes.c_void_p(base + page * PAGE), PAGE, 0) != 0:
             raise OSError(ctypes.get_errno(), "mprotect failed")
     start = ((pages - 1) * PAGE - nbytes) // align * align if mode == "end" else PAGE
     keep.append(region)
     return np.frombuffer(region, np.uint8, nbytes, start)
 
 
-def _run_opencl(program, device_index: tuple[int, int], mode: str, keep: list) -> None:
+def _queue(device_index: tuple[int, int]):
     import pyopencl as cl
 
     platform, index = device_index
-    ctx = cl.Context([cl.get_platforms()[platform].get_devices()[index]])
-    queue = cl.CommandQueue(ctx)
+    return cl.CommandQueue(cl.Context([cl.get_platforms()[platform].get_devices()[index]]))
+
+
+def _run_opencl(program, queue, mode: str, keep: list) -> None:
+    import pyopencl as cl
+
+    ctx = queue.context
     built = cl.Program(ctx, program.source).build()
     buffers = []
     for tensor in program.tensors:
         host = _guarded(tensor.nbytes, mode, keep)
-        host[:] = 0
         flags = cl.mem_flags.READ_WRITE | cl.mem_flags.USE_HOST_PTR
         buffers.append(cl.Buffer(ctx, flags, hostbuf=host))
     for k in program.kernels:
@@ -75,7 +80,6 @@ def _run_llvm(program, mode: str, keep: list) -> None:
         # loads), as its allocator gives them: a read past the end shorter than the gap
         # this leaves goes unseen.
         host = _guarded(tensor.nbytes, mode, keep, align=TVM_ALIGN)
-        host[:] = 0
         args.append(tvm_ffi.from_dlpack(host.view(np.dtype(tensor.dtype)).reshape(tensor.shape)))
     module[program.entry](*args)
 
@@ -83,12 +87,14 @@ def _run_llvm(program, mode: str, keep: list) -> None:
 def main(path: str, mode: str) -> None:
     device_index, programs = pickle.load(open(path, "rb"))
     keep: list = []
+    queue = None  # one OpenCL context for all the programs
     for i, program in enumerate(programs):
         print("RUN", i, flush=True)
         if program.kind == "llvm":
             _run_llvm(program, mode, keep)
         else:
-            _run_opencl(program, device_index, mode, keep)
+            queue = queue or _queue(device_index)
+            _run_opencl(program, queue, mode, keep)
         print("OK", i, flush=True)
 
 

@@ -5,18 +5,19 @@ and maxima, ``vec`` partial results per row) as a private array of scalars,
 ``float acc[16];``, read and written whole (``vload16(0, acc + 0)``,
 ``vstore16(v, 0, acc + 0)``) and lane by lane (``acc[3]`` in the final sum; ``acc[i]``
 in a loop over the lanes of a row's last, partial vector, where the schedule leaves that
-to TVM: the row-wise family's own unrolls it, ``rowwise_schedule._split_tail``). It types a private array as
-vectors only where every access is a whole vector (a matmul's register tile is
-``float16 C_local[16]``), so the lane accesses keep this one scalar. PoCL (3.1 on LLVM
-15) then leaves the array in memory, a store and a load around every step of the
-reduction's chain. Declared as one vector variable instead (``float16 acc;``, whole:
-``acc``, a constant lane: ``acc.s3``, a lane the code computes: ``((float*)&acc)[i]``),
-the same kernels keep it in registers. On a Zen 5's PoCL (``pthread-skylake-avx512``),
-each config's program timed both ways by autosched's runner, three rounds interleaved:
-the best config of a 48-trial tune of the 197 x 768 layernorm 22-28 us against 51-56 us,
-of the 2364 x 197 softmax (16-wide vectors, a five-lane tail) 131-132 us against
-245-247 us; a conv2d config whose register tile is walked by a computed lane, 11.4-11.7
-ms both ways. (A hand-written layernorm kernel with vector accumulators: 22-27 us.)
+to TVM: the row-wise family's own unrolls it, ``rowwise_schedule._split_tail``). It
+types a private array as vectors only where every access is a whole vector (a matmul's
+register tile is ``float16 C_local[16]``), so the lane accesses keep this one scalar.
+PoCL (3.1 on LLVM 15) then leaves the array in memory, a store and a load around every
+step of the reduction's chain. Declared as one vector variable instead
+(``float16 acc;``, whole: ``acc``, a constant lane: ``acc.s3``, a lane the code
+computes: ``((float*)&acc)[i]``), the same kernels keep it in registers. On a Zen 5's
+PoCL (``pthread-skylake-avx512``), each config's program timed both ways by autosched's
+runner, three rounds interleaved: the best config of a 48-trial tune of the 197 x 768
+layernorm 22-28 us against 51-56 us, of the 2364 x 197 softmax (16-wide vectors, a
+five-lane tail) 131-132 us against 245-247 us; a conv2d config whose register tile is
+walked by a computed lane, 11.4-11.7 ms both ways. (A hand-written layernorm kernel
+with vector accumulators: 22-27 us.)
 
 :func:`vector_accumulators` rewrites only arrays read or written whole at least once and
 whose every use is one of those forms; any other use (an offset, the array passed on)

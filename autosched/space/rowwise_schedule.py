@@ -197,7 +197,7 @@ def _finish_reduction(
     if lanes is not None:
         _lower_lanes(sch, lanes, as_vectors)
     if cols is not None and tail:  # unrolled once the tail is split off
-        _defer_tail(tails, cols, unroll)
+        tails.append(_Tail(cols, unroll))
     elif cols is not None and unroll > 1:
         cols, inner = sch.split(cols, [None, unroll])
         sch.unroll(inner)
@@ -273,15 +273,11 @@ def _below(sch, block, anchor) -> list:
 @dataclass
 class _Tail:
     """A reduction's walk over a row's vectors whose last vector is cut short (a guarded
-    tail), and the unrolling its whole vectors get."""
+    tail), and the unrolling its whole vectors get: left to :func:`_split_tail` once
+    every block has moved."""
 
     walk: object
     unroll: int
-
-
-def _defer_tail(tails: list[_Tail], walk, unroll: int) -> None:
-    """Leave the walk to :func:`_split_tail`, once every block has moved."""
-    tails.append(_Tail(walk, unroll))
 
 
 def _split_tail(sch, tail: _Tail) -> None:
