@@ -402,9 +402,10 @@ def test_rows_past_the_last_read_nothing_where_a_row_ends_in_a_tail(cpu, name, t
     wl = workload(op, **(params | {"rows": 37}))
     space = make_space(wl, target=target, limits=cpu.limits if target == "llvm" else LIMITS)
     changes = {"vec": 16, "unroll": 2, "fuse": True}
-    changes.update(reduce="item", threads=4) if target == "opencl" else changes.update(
-        rows_per_task=4
-    )
+    if target == "opencl":
+        changes.update(reduce="item", threads=4)
+    else:
+        changes.update(rows_per_task=4)
     config = _config(space, changes)
     assert space.check(config) is None and wl.cols % config["vec"]
     text = schedule(space, config).script()
