@@ -4,7 +4,9 @@ The parent keeps one child process that owns the device: the OpenCL context, or,
 the host CPU (``llvm``), TVM's runtime and its thread pool. Each candidate is sent over
 a pipe with a deadline; if the child does not answer in time it is killed
 (``timeout``), if it dies (``run_error``, with the signal), and a fresh child is
-started for the next candidate. The child picks the runner by the program's kind.
+started for the next candidate. The child picks the runner by the program's kind. A
+child is retired, and a fresh one started, after :data:`PROGRAMS_PER_CHILD` programs:
+TVM's runtime and PoCL keep every kernel they load mapped.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ from autosched.records.record import RUN_ERROR, TIMEOUT
 log = logging.getLogger(__name__)
 
 _START_TIMEOUT_S = 120.0
+# A child keeps every kernel it has loaded mapped: TVM's runtime never unloads an llvm
+# candidate's library (tvm-ffi 0.1.14: five mappings and 16-60 KiB apiece), nor PoCL the
+# shared object it compiles each OpenCL program to (four mappings). At Linux's default
+# limit of 65,530 mappings per process (vm.max_map_count) an llvm child's 13,031st load
+# fails ("failed to map segment from shared object"), and every later candidate of an
+# overnight job would be recorded as a build error. So a child is retired after this
+# many programs and a fresh one takes the next, as a process pool's maxtasksperchild
+# retires its workers: at most 5,000 mappings, one child start per 1,000 candidates.
+PROGRAMS_PER_CHILD = 1000
 
 
 def _child_main(conn, device_spec: tuple, env: dict[str, str], workdir: str, parent: int) -> None:
@@ -189,6 +200,8 @@ class MeasureWorker:
         _sweep_stale_dirs()
         self._cache_dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
         self.restarts = 0
+        self.retired = 0  # children ended after PROGRAMS_PER_CHILD programs
+        self._programs = 0  # programs the present child has run
 
     def _spec(self) -> tuple[tuple, dict[str, str]]:
         if isinstance(self.device, IreeDevice):
@@ -220,6 +233,7 @@ class MeasureWorker:
             raise RuntimeError("measurement worker did not start")
         _log_output(parent.recv()[1], "the device's driver, opening it,")
         self._proc, self._conn, self._data = proc, parent, None
+        self._programs = 0
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -261,6 +275,10 @@ class MeasureWorker:
                 raise TimeoutError
             _, outcome, output = self._conn.recv()
             _log_output(output, f"the driver and compiler, for {program.kind} program,")
+            self._programs += 1
+            if self._programs >= PROGRAMS_PER_CHILD:
+                self.stop()
+                self.retired += 1
             return outcome
         except TimeoutError:
             self._kill()
