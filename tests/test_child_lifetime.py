@@ -3,7 +3,7 @@
 TVM's runtime keeps every llvm library it loads mapped and PoCL every OpenCL program's
 shared object; a child that ran an overnight job's candidates would reach the kernel's
 limit on mappings (vm.max_map_count) and record every later candidate as a build error
-(an llvm child: its 13,031st). Here the limit is lowered to three programs and the
+(an llvm child: its 13,026th). Here the limit is lowered to three programs and the
 child's own memory map is read while it runs: it never holds more than three kernels,
 every candidate is measured, and a fresh child takes over where one retires.
 """
@@ -65,7 +65,7 @@ def _programs(target: str):
 def test_a_child_is_retired_after_its_programs_and_never_holds_more(target, monkeypatch):
     monkeypatch.setattr(worker_module, "PROGRAMS_PER_CHILD", LIMIT)
     device, programs, data = _programs(target)
-    pids, held = [], []
+    pids, held, files = [], [], []
     with MeasureWorker(device, timeout_s=60) as w:
         folder = w._cache_dir
         for program in programs:
@@ -74,9 +74,19 @@ def test_a_child_is_retired_after_its_programs_and_never_holds_more(target, monk
             if w._proc is not None:  # still running: what it holds now
                 pids.append(w._proc.pid)
                 held.append(_kernels_mapped(w._proc.pid, folder))
+            files.append(
+                sum(1 for f in Path(folder).rglob("*") if f.is_file() and "output" not in f.name)
+            )
         retired, killed = w.retired, w.restarts
     # Runs 3 and 6 retire their child; 1-2, 4-5 and 7 leave one running, three in all,
     # each holding only the kernels it ran itself.
     assert held == [1, 2, 1, 2, 1], held
     assert len(set(pids)) == 3, pids
     assert (retired, killed) == (2, 0)  # retired, never killed
+    # The retired child's kernels leave the disk with it (PoCL's cache of each program:
+    # its bitcode, shared object and a time stamp; an llvm library is deleted once loaded).
+    assert files[2] == files[5] == 0, files
+    if target == "opencl":
+        assert 0 < files[0] < files[1] and files[3:5] == files[:2] == [files[6], files[1]], files
+    else:
+        assert not any(files), files

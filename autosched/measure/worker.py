@@ -35,11 +35,14 @@ _START_TIMEOUT_S = 120.0
 # A child keeps every kernel it has loaded mapped: TVM's runtime never unloads an llvm
 # candidate's library (tvm-ffi 0.1.14: five mappings and 16-60 KiB apiece), nor PoCL the
 # shared object it compiles each OpenCL program to (four mappings). At Linux's default
-# limit of 65,530 mappings per process (vm.max_map_count) an llvm child's 13,031st load
+# limit of 65,530 mappings per process (vm.max_map_count) an llvm child's 13,026th load
 # fails ("failed to map segment from shared object"), and every later candidate of an
 # overnight job would be recorded as a build error. So a child is retired after this
 # many programs and a fresh one takes the next, as a process pool's maxtasksperchild
 # retires its workers: at most 5,000 mappings, one child start per 1,000 candidates.
+# Its kernels' files go with it: PoCL's cache of them (70 KiB or more a program) and the
+# llvm libraries that, deleted, stay on disk while mapped (in memory, where /tmp is a
+# tmpfs): a night's 20,000 candidates would leave gigabytes.
 PROGRAMS_PER_CHILD = 1000
 
 
@@ -277,8 +280,7 @@ class MeasureWorker:
             _log_output(output, f"the driver and compiler, for {program.kind} program,")
             self._programs += 1
             if self._programs >= PROGRAMS_PER_CHILD:
-                self.stop()
-                self.retired += 1
+                self._retire()
             return outcome
         except TimeoutError:
             self._kill()
@@ -293,6 +295,13 @@ class MeasureWorker:
                 f"signal {signal.Signals(-code).name}" if code and code < 0 else f"exit code {code}"
             )
             return RunOutcome(RUN_ERROR, f"measurement worker crashed ({how})")
+
+    def _retire(self) -> None:
+        """End the child and empty the folder of the kernels it compiled and loaded."""
+        self.stop()
+        self.retired += 1
+        shutil.rmtree(self._cache_dir, ignore_errors=True)
+        os.makedirs(self._cache_dir, mode=0o700, exist_ok=True)
 
     def close(self) -> None:
         """End the child and remove its folder: the worker is done."""
