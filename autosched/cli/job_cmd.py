@@ -211,6 +211,8 @@ def cmd_job_run(args: argparse.Namespace) -> int:
         print(
             f"autosched: no worker served {what}; its trials are left for a rerun", file=sys.stderr
         )
+    for what in result.broken:
+        print(f"autosched: {what}; its trials are left for a rerun", file=sys.stderr)
     if args.json:
         data = {
             "job": job.name,
@@ -218,13 +220,14 @@ def cmd_job_run(args: argparse.Namespace) -> int:
             "deadline_reached": result.deadline_reached,
             "failed_batches": result.failed_batches,
             "unserved": result.unserved,
+            "broken": result.broken,
             "tasks": rows,
         }
         try:
             Path(args.json).write_text(json.dumps(data, indent=2) + "\n")
         except OSError as exc:
             raise InvalidInputError(f"cannot write --json {args.json}: {exc.strerror}") from None
-    return 1 if result.unserved else 0
+    return 1 if result.unserved or result.broken else 0
 
 
 def _need_dask() -> None:

@@ -95,6 +95,8 @@ def _summary(result: JobResult, sections: dict[tuple[str, str, str], Section]) -
     ]
     if result.unserved:
         facts.append(f"No worker served: {esc('; '.join(result.unserved))}.")
+    for what in result.broken:
+        facts.append(f"Given up: {esc(what)}.")
     items = "".join(f"<li>{f}</li>" for f in facts)
     return (
         f'<section id="job"><h2>The job</h2><ul>{items}</ul>{table}'

@@ -8,6 +8,14 @@ device. The records database is the only state: a rerun of the same job skips wh
 measured and tops every pair up to its trials. At the deadline no new batch is
 proposed; the batches in flight are awaited and stored. What the loop knows of each pair,
 and how a pair opens, proposes and stores a batch, is :mod:`autosched.tuning.pair`.
+
+A batch whose every config failed, its control too (the best config so far, which the
+device measured before: :mod:`autosched.tuning.control`), says that the device failed,
+not the configs: a driver that stopped launching anything, a disk too full for the
+kernels. It is not stored (recorded, its configs would read as broken to every later
+search and build) and is proposed again; after :data:`BROKEN_IN_A_ROW` such batches in
+a row the device kind is given up with the control's error, the job goes on with the
+others, and a rerun takes it up again.
 """
 
 from __future__ import annotations
@@ -35,6 +43,9 @@ from autosched.tuning.scheduler import TaskScheduler, make_policy
 log = logging.getLogger(__name__)
 
 _SLOT_REFRESH_S = 5.0
+# Batches of one device kind in a row in which it measured nothing, not even the control,
+# before the job gives the device kind up.
+BROKEN_IN_A_ROW = 3
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,9 @@ class JobResult:
     workers_seen: list[str] = field(default_factory=list)
     workers_lost: list[str] = field(default_factory=list)  # seen, gone at the end
     started: float = 0.0
+    # Device kinds given up after BROKEN_IN_A_ROW batches in which they measured
+    # nothing, not even the control: the device's name and the control's error.
+    broken: list[str] = field(default_factory=list)
 
     def rows(self) -> list[dict[str, Any]]:
         """Per task and device kind: trials, the best against the default (side by side)."""
@@ -133,6 +147,8 @@ def _run_job(
     in_flight: dict[Any, tuple[Pair, list[Config], Config | None]] = {}
     busy: dict[str, int] = {}
     failed = lost = 0
+    in_a_row: dict[str, int] = {}  # device key -> batches in a row that measured nothing
+    broken: dict[str, str] = {}  # device key -> why it was given up
     refreshed = 0.0
     waiting_since = 0.0
     unserved: list[str] = []
@@ -173,7 +189,7 @@ def _run_job(
             if time.time() - refreshed > _SLOT_REFRESH_S:
                 refresh()
             for key, slot in slots.items():
-                while busy.get(key, 0) < slot.count:
+                while key not in broken and busy.get(key, 0) < slot.count:
                     mine = [i for i, p in enumerate(pairs) if p.slot.device_key == key]
                     eligible = [i for i in mine if left(pairs[i]) > 0 and not pairs[i].exhausted]
                     progress_now = [p.progress for p in pairs]
@@ -250,6 +266,28 @@ def _run_job(
                     error_record(pair, c, RUN_ERROR, f"{type(result).__name__}: {result}")
                     for c in configs
                 ]
+            why = _device_failed(result, control)
+            key = pair.slot.device_key
+            in_a_row[key] = 0 if why is None else in_a_row.get(key, 0) + 1
+            if why is not None:  # the device's failure, not the configs': not stored
+                assert control is not None
+                pair.in_flight.difference_update(c.key for c in configs)
+                pair.progress.in_flight -= len(configs)
+                log.warning(
+                    "%s: the device measured nothing in a batch, not even the control %s, "
+                    "which it measured before (%s); the batch is proposed again",
+                    pair.name,
+                    control.key,
+                    why,
+                )
+                if in_a_row[key] >= BROKEN_IN_A_ROW and key not in broken:
+                    broken[key] = (
+                        f"{pair.task.target} device {pair.slot.name} ({key}) measured nothing "
+                        f"in {BROKEN_IN_A_ROW} batches in a row, not even configs it measured "
+                        f"before: {why}"
+                    )
+                    log.error("%s; it is given up, and a rerun takes it up again", broken[key])
+                continue
             batch, seen = store(db, pair, configs, result, control)
             for other in sibling_pairs(pairs, pair):
                 other.search.observe(seen)
@@ -260,7 +298,7 @@ def _run_job(
 
     reached = stopping()
     if finalists and not reached:
-        _final(pairs, runner, db, job, finalists)
+        _final([p for p in pairs if p.slot.device_key not in broken], runner, db, job, finalists)
     seen = sorted(getattr(runner, "workers_seen", ()))
     now = set(getattr(runner, "workers_now", ()))
     return JobResult(
@@ -274,6 +312,7 @@ def _run_job(
         workers_seen=seen,
         workers_lost=[w for w in seen if w not in now],
         started=start,
+        broken=list(broken.values()),
     )
 
 
@@ -283,6 +322,14 @@ def run_job(*args: Any, **kwargs: Any) -> JobResult:
     # (autosched.tuning.interrupt).
     with latched():
         return _run_job(*args, **kwargs)
+
+
+def _device_failed(records: Sequence[Record], control: Config | None) -> str | None:
+    """The control's error where a batch came back without a single measurement, the
+    control's failed too; else None."""
+    if control is None or any(r.ok for r in records):
+        return None
+    return next((r.error or r.status for r in records if r.config_key == control.key), None)
 
 
 def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str]:
