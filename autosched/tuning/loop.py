@@ -267,8 +267,8 @@ def _run_job(
                     for c in configs
                 ]
             why = _device_failed(result, control)
-            key = pair.slot.device_key
-            in_a_row[key] = 0 if why is None else in_a_row.get(key, 0) + 1
+            kind = pair.slot.device_key
+            in_a_row[kind] = 0 if why is None else in_a_row.get(kind, 0) + 1
             if why is not None:  # the device's failure, not the configs': not stored
                 assert control is not None
                 pair.in_flight.difference_update(c.key for c in configs)
@@ -280,13 +280,13 @@ def _run_job(
                     control.key,
                     why,
                 )
-                if in_a_row[key] >= BROKEN_IN_A_ROW and key not in broken:
-                    broken[key] = (
-                        f"{pair.task.target} device {pair.slot.name} ({key}) measured nothing "
+                if in_a_row[kind] >= BROKEN_IN_A_ROW and kind not in broken:
+                    broken[kind] = (
+                        f"{pair.task.target} device {pair.slot.name} ({kind}) measured nothing "
                         f"in {BROKEN_IN_A_ROW} batches in a row, not even configs it measured "
                         f"before: {why}"
                     )
-                    log.error("%s; it is given up, and a rerun takes it up again", broken[key])
+                    log.error("%s; it is given up, and a rerun takes it up again", broken[kind])
                 continue
             batch, seen = store(db, pair, configs, result, control)
             for other in sibling_pairs(pairs, pair):
