@@ -15,7 +15,10 @@ not the configs: a driver that stopped launching anything, a disk too full for t
 kernels. It is not stored (recorded, its configs would read as broken to every later
 search and build) and is proposed again; after :data:`BROKEN_IN_A_ROW` such batches in
 a row the device kind is given up with the control's error, the job goes on with the
-others, and a rerun takes it up again.
+others, and a rerun takes it up again. The count is per device kind: on a farm where one
+of several workers of a kind breaks, the others' batches keep the kind going and the
+broken worker's batches are dropped and proposed again (the records stay clean; its
+share of the night is lost).
 """
 
 from __future__ import annotations
