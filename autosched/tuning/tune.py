@@ -25,7 +25,7 @@ from autosched.ops import Workload
 from autosched.records.base import Database
 from autosched.records.record import Record
 from autosched.tuning.job import Job, Task
-from autosched.tuning.loop import run_job
+from autosched.tuning.loop import JobEvent, run_job
 from autosched.tuning.runner import LocalRunner
 
 
@@ -185,9 +185,16 @@ def tune(
         if progress:
             progress(TrialEvent(count[0], trials, rec, count[1]))
 
+    def on_batch(event: JobEvent) -> None:
+        # What the records hold once a batch is stored: a batch the device measured
+        # nothing of (autosched.tuning.loop) is not, and its configs come again.
+        keys.clear()
+        keys.update(event.pair.measured)
+        count[0] = len(keys)
+
     runner = LocalRunner(dev, target, timing=timing, on_record=on_record)
     try:
-        result = run_job(job, runner, database, finalists=finalists)
+        result = run_job(job, runner, database, finalists=finalists, progress=on_batch)
     finally:
         runner.close()
         if owned:
