@@ -11,6 +11,7 @@ every candidate is measured, and a fresh child takes over where one retires.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 
 import pytest
@@ -65,12 +66,13 @@ def _programs(target: str):
 def test_a_child_is_retired_after_its_programs_and_never_holds_more(target, monkeypatch):
     monkeypatch.setattr(worker_module, "PROGRAMS_PER_CHILD", LIMIT)
     device, programs, data = _programs(target)
-    pids, held, files = [], [], []
+    pids, held, files, folders = [], [], [], []
     with MeasureWorker(device, timeout_s=60) as w:
-        folder = w._cache_dir
         for program in programs:
             outcome = w.measure(program, data, FAST)
             assert outcome.status == "ok", outcome.error
+            folder = w._cache_dir
+            folders.append(folder)
             if w._proc is not None:  # still running: what it holds now
                 pids.append(w._proc.pid)
                 held.append(_kernels_mapped(w._proc.pid, folder))
@@ -84,8 +86,10 @@ def test_a_child_is_retired_after_its_programs_and_never_holds_more(target, monk
     assert len(set(pids)) == 3, pids
     assert (retired, killed) == (2, 0)  # retired, never killed
     # The retired child's kernels leave the disk with it (PoCL's cache of each program:
-    # its bitcode, shared object and a time stamp; an llvm library is deleted once loaded).
+    # its bitcode, shared object and a time stamp; an llvm library is deleted once loaded):
+    # the next child has a new folder, and the old one is gone.
     assert files[2] == files[5] == 0, files
+    assert len(set(folders)) == 3 and not any(os.path.exists(f) for f in set(folders[:5])), folders
     if target == "opencl":
         assert 0 < files[0] < files[1] and files[3:5] == files[:2] == [files[6], files[1]], files
     else:

@@ -11,6 +11,7 @@ TVM's runtime and PoCL keep every kernel they load mapped.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing as mp
 import os
@@ -260,7 +261,10 @@ class MeasureWorker:
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self._kill()
-            self._start()
+            try:
+                self._start()
+            except (OSError, RuntimeError) as exc:  # the device's failure, not the program's
+                return RunOutcome(RUN_ERROR, f"cannot start the measurement child: {exc}")
         assert self._conn is not None
         start = time.perf_counter()
         try:
@@ -297,11 +301,26 @@ class MeasureWorker:
             return RunOutcome(RUN_ERROR, f"measurement worker crashed ({how})")
 
     def _retire(self) -> None:
-        """End the child and empty the folder of the kernels it compiled and loaded."""
-        self.stop()
+        try:
+            self.reset()
+        except OSError as exc:  # the next child starts in the old folder
+            log.warning("cannot make a fresh folder for the measurement child: %s", exc)
         self.retired += 1
-        shutil.rmtree(self._cache_dir, ignore_errors=True)
-        os.makedirs(self._cache_dir, mode=0o700, exist_ok=True)
+
+    def reset(self) -> None:
+        """End the child; the next starts in a new folder, and the old one goes with the
+        kernels the child compiled and loaded there.
+
+        Raises:
+            OSError: no folder can be made (the temporary directory is gone or full).
+        """
+        self.stop()
+        old = self._cache_dir
+        self._cache_dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
+        shutil.rmtree(old, ignore_errors=True)
+        if os.path.lexists(old) and not os.path.isdir(old):  # something else took its place
+            with contextlib.suppress(OSError):
+                os.remove(old)
 
     def close(self) -> None:
         """End the child and remove its folder: the worker is done."""
