@@ -38,19 +38,52 @@ def _measure_folders() -> set[str]:
     return set(glob.glob(os.path.join(root, f"autosched-measure-{os.getpid()}-*")))
 
 
-def test_a_device_that_measures_nothing_is_given_up_and_its_failures_are_not_recorded(tmp_path):
+def _break_at(event, before: set[str], broken: list[str]) -> None:
+    """Once the second batch is in, make this tune's measurement folder a file."""
+    if event.trial == GOOD and not broken:
+        (folder,) = _measure_folders() - before
+        shutil.rmtree(folder)
+        with open(folder, "w") as f:
+            f.write("not a folder\n")
+        broken.append(folder)
+
+
+def test_a_batch_the_device_measured_nothing_of_runs_again_in_a_fresh_child(tmp_path, caplog):
+    wl = autosched.workload("matmul", M=48, N=40, K=32)
+    before = _measure_folders()
+    broken: list[str] = []
+    result = autosched.tune(
+        wl,
+        trials=4 * BATCH,
+        batch=BATCH,
+        target="llvm",
+        db=tmp_path / "records.db",
+        timing=FAST,
+        finalists=0,
+        progress=lambda event: _break_at(event, before, broken),
+    )
+    assert broken and not os.path.exists(broken[0])  # the file went with the old child
+    assert result.trials == result.new_trials == 4 * BATCH
+    with SQLiteDatabase(tmp_path / "records.db") as db:
+        records = db.query(workload_key=wl.key)
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok]
+    again = [r for r in caplog.records if "fresh measurement child" in r.getMessage()]
+    assert len(again) == 1 and "Not a directory" in again[0].getMessage()
+
+
+def test_a_device_that_measures_nothing_is_given_up_and_its_failures_are_not_recorded(
+    tmp_path, monkeypatch
+):
     wl = autosched.workload("matmul", M=48, N=40, K=32)
     db_path = tmp_path / "records.db"
     before = _measure_folders()
     broken: list[str] = []
 
     def progress(event) -> None:
-        if event.trial == GOOD and not broken:  # the second batch is in: break the device
-            (folder,) = _measure_folders() - before
-            shutil.rmtree(folder)
-            with open(folder, "w") as f:
-                f.write("not a folder\n")
-            broken.append(folder)
+        fresh = not broken
+        _break_at(event, before, broken)
+        if fresh and broken:  # and no fresh folder can be made either
+            monkeypatch.setattr(tempfile, "tempdir", broken[0])
 
     with pytest.raises(DeviceError) as err:
         autosched.tune(
@@ -63,12 +96,13 @@ def test_a_device_that_measures_nothing_is_given_up_and_its_failures_are_not_rec
             finalists=0,
             progress=progress,
         )
+    monkeypatch.undo()
     message = str(err.value)
     assert f"measured nothing in {BROKEN_IN_A_ROW} batches in a row" in message, message
     assert "Not a directory" in message and "a rerun resumes" in message, message
     with SQLiteDatabase(db_path) as db:
         records = db.query(workload_key=wl.key)
-    # The two good batches and the second's control: nothing from the broken ones.
+    # The two good batches and their controls: nothing from the broken ones.
     assert len({r.config_key for r in records}) == GOOD
     assert len(records) == GOOD + 2  # each batch's control measured again
     assert all(r.ok for r in records), [r.error for r in records if not r.ok]
@@ -80,11 +114,13 @@ def test_a_device_that_measures_nothing_is_given_up_and_its_failures_are_not_rec
     assert again.trials == 3 * BATCH and again.new_trials == 3 * BATCH - GOOD
 
 
-def test_a_job_gives_up_a_broken_device_kind_and_goes_on_with_the_others(tmp_path):
+def test_a_job_gives_up_a_device_that_stays_broken_and_a_rerun_tops_it_up(tmp_path):
     """The CLI's local job tunes one matmul on the OpenCL device and on the host CPU
-    (llvm), each with its own measurement child and folder. The llvm one is broken once
-    two of its batches are in: the job gives that device kind up, tops the OpenCL pair up,
-    says which device it gave up and why, exits 1, and a rerun tops the llvm pair up."""
+    (llvm). Once two llvm batches are in, the job's temporary directory becomes a file:
+    no kernel can be written, no fresh measurement child can have a folder, and the fault
+    outlives every retry. The job gives each device kind that still had trials up, says
+    which and why (stderr, --json, the report), exits 1, and records no more than the
+    batch in flight per kind; with the directory back, a rerun tops both up."""
     trials = 48
     job = tmp_path / "night.toml"
     job.write_text(
@@ -94,57 +130,55 @@ def test_a_job_gives_up_a_broken_device_kind_and_goes_on_with_the_others(tmp_pat
     db_path = tmp_path / "records.db"
     out = tmp_path / "result.json"
     report = tmp_path / "night.html"
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    env = dict(os.environ, TMPDIR=str(scratch))
     args = ["job", "run", str(job), "--db", str(db_path), "--json", str(out)]
-    folders = os.path.join(tempfile.gettempdir(), "autosched-measure-*")
-    before = set(glob.glob(folders))
     proc = subprocess.Popen(
         [sys.executable, "-m", "autosched", *args, "--report", str(report)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
-    llvm_folder = None
     deadline = time.time() + 300
-    while llvm_folder is None and proc.poll() is None and time.time() < deadline:
+    while scratch.is_dir() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
         if not db_path.exists():
             continue
         with SQLiteDatabase(db_path) as db:
-            llvm = db.query(target="llvm")
-        if len(llvm) >= GOOD:
-            # The llvm child's folder holds no PoCL cache: files only, no folders.
-            (llvm_folder,) = [  # the job's two, made after it started
-                f
-                for f in set(glob.glob(folders)) - before
-                if not any(e.is_dir() for e in os.scandir(f))
-            ]
-            shutil.rmtree(llvm_folder)
-            with open(llvm_folder, "w") as f:
-                f.write("not a folder\n")
-    assert llvm_folder is not None, "the llvm pair never got two batches in"
+            if len(db.query(target="llvm")) >= GOOD:
+                shutil.rmtree(scratch)
+                scratch.write_text("not a folder\n")
+    assert scratch.is_file(), "the llvm pair never got two batches in"
     _, stderr = proc.communicate(timeout=600)
     assert proc.returncode == 1, stderr[-3000:]
     # Logged when it happened, and said again at the end, after the job's table.
     gave_up = [line for line in stderr.splitlines() if line.startswith("autosched: ")]
-    assert len(gave_up) == 1 and gave_up[0].startswith("autosched: llvm device"), stderr[-3000:]
-    assert f"measured nothing in {BROKEN_IN_A_ROW} batches in a row" in gave_up[0]
-    assert "left for a rerun" in gave_up[0]
-    what = gave_up[0][len("autosched: ") :].split(";")[0]
-    assert json.loads(out.read_text())["broken"] == [what]
-    assert "Given up: llvm device" in report.read_text()
+    assert gave_up and any(line.startswith("autosched: llvm device") for line in gave_up), stderr
+    for line in gave_up:
+        assert f"measured nothing in {BROKEN_IN_A_ROW} batches in a row" in line, line
+        assert "left for a rerun" in line, line
+    whats = [line[len("autosched: ") :].split(";")[0] for line in gave_up]
+    assert json.loads(out.read_text())["broken"] == whats
+    assert report.read_text().count("Given up: ") == len(whats)
     with SQLiteDatabase(db_path) as db:
         records = db.query()
-    by_target = {t: {r.config_key for r in records if r.target == t} for t in ("opencl", "llvm")}
-    assert len(by_target["opencl"]) == trials
-    assert GOOD <= len(by_target["llvm"]) < trials
-    # At most the batch in flight when the device broke holds its failures.
-    failed = [r for r in records if "Not a directory" in r.error]
-    assert len(failed) <= BATCH, len(failed)
+    assert GOOD <= len({r.config_key for r in records if r.target == "llvm"}) < trials
+    # At most the batch in flight when the directory went holds its failures, per kind.
+    failed = [r for r in records if not r.ok]
+    assert len(failed) <= 2 * BATCH, [(r.target, r.status, r.error) for r in failed]
 
-    os.remove(llvm_folder)
+    scratch.unlink()  # the directory is back
+    scratch.mkdir()
     rerun = subprocess.run(
-        [sys.executable, "-m", "autosched", *args], capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "autosched", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
     )
     assert rerun.returncode == 0, rerun.stderr[-3000:]
     with SQLiteDatabase(db_path) as db:
-        assert len({r.config_key for r in db.query(target="llvm")}) == trials
+        for target in ("opencl", "llvm"):
+            assert len({r.config_key for r in db.query(target=target)}) >= trials

@@ -12,13 +12,15 @@ and how a pair opens, proposes and stores a batch, is :mod:`autosched.tuning.pai
 A batch whose every config failed, its control too (the best config so far, which the
 device measured before: :mod:`autosched.tuning.control`), says that the device failed,
 not the configs: a driver that stopped launching anything, a disk too full for the
-kernels. It is not stored (recorded, its configs would read as broken to every later
-search and build) and is proposed again; after :data:`BROKEN_IN_A_ROW` such batches in
-a row the device kind is given up with the control's error, the job goes on with the
-others, and a rerun takes it up again. The count is per device kind: on a farm where one
-of several workers of a kind breaks, the others' batches keep the kind going and the
-broken worker's batches are dropped and proposed again (the records stay clean; its
-share of the night is lost).
+kernels. The device's session has already run it once more in a fresh measurement
+child (:meth:`autosched.tuning.runner.DeviceSession.run`); failed again, it is not
+stored (recorded, its configs would read as broken to every later search and build)
+and is proposed again; after :data:`BROKEN_IN_A_ROW` such batches in a row the device
+kind is given up with the control's error, the job goes on with the others, and a rerun
+takes it up again. The count is per device kind: on a farm where one of several workers
+of a kind breaks for good, the others' batches keep the kind going and the broken
+worker's batches are dropped and proposed again (the records stay clean; its share of
+the night is lost).
 """
 
 from __future__ import annotations
@@ -217,6 +219,7 @@ def _run_job(
                         configs=tuple(c.to_json() for c in sent),
                         seed=job.seed,
                         timeout_s=job.timeout_s,
+                        control=control.key if control is not None else "",
                     )
                     # In flight: the new configs; the control rides along.
                     in_flight[runner.submit(slot, request)] = (pair, configs, control)

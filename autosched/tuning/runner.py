@@ -58,6 +58,7 @@ class BatchRequest:
     seed: int = 0
     timeout_s: float = 30.0
     rounds: int = 0
+    control: str = ""  # the key of the batch's control, a config measured before ("": none)
 
 
 def device_space(workload: Workload, *, target: str, slot: Slot) -> Space:
@@ -177,7 +178,26 @@ class DeviceSession:
         try:
             if request.rounds:
                 return tuner.remeasure(configs, rounds=request.rounds)
-            return tuner.measure(configs, on_record=self.on_record)
+            records = tuner.measure(configs, on_record=self.on_record)
+            if request.control and not any(r.ok for r in records):
+                # Nothing measured, not even the control: the device failed, not the
+                # configs (autosched.tuning.loop). A fresh child in a fresh folder cures
+                # what lives in the process (its mappings, a lost folder, a driver
+                # context gone bad); the batch runs once more there.
+                log.warning(
+                    "%s: nothing measured, not even the control %s (%s); the batch runs "
+                    "again in a fresh measurement child",
+                    self.device.name,
+                    request.control,
+                    next((r.error for r in records if r.config_key == request.control), ""),
+                )
+                try:
+                    self._worker.reset()
+                except OSError as exc:  # no folder can be made: the loop gives up on it
+                    log.warning("cannot start a fresh measurement child: %s", exc)
+                    return records
+                records = tuner.measure(configs, on_record=self.on_record)
+            return records
         finally:
             if self.target == "iree-vulkan":
                 # IREE's Vulkan driver keeps two threads spinning while a device is open
