@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -121,6 +122,20 @@ def test_a_job_gives_up_a_device_that_stays_broken_and_a_rerun_tops_it_up(tmp_pa
     outlives every retry. The job gives each device kind that still had trials up, says
     which and why (stderr, --json, the report), exits 1, and records no more than the
     batch in flight per kind; with the directory back, a rerun tops both up."""
+    # A short path of its own: the job's Unix sockets (its fork server's) live in it, and
+    # those paths may not be longer than 107 bytes (pytest's tmp_path under xdist can be).
+    scratch = Path(tempfile.mkdtemp(prefix="as-"))
+    env = dict(os.environ, TMPDIR=str(scratch))
+    try:
+        _job_gives_up(tmp_path, scratch, env)
+    finally:
+        if scratch.is_dir():
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            scratch.unlink(missing_ok=True)
+
+
+def _job_gives_up(tmp_path: Path, scratch: Path, env: dict[str, str]) -> None:
     trials = 48
     job = tmp_path / "night.toml"
     job.write_text(
@@ -130,9 +145,6 @@ def test_a_job_gives_up_a_device_that_stays_broken_and_a_rerun_tops_it_up(tmp_pa
     db_path = tmp_path / "records.db"
     out = tmp_path / "result.json"
     report = tmp_path / "night.html"
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    env = dict(os.environ, TMPDIR=str(scratch))
     args = ["job", "run", str(job), "--db", str(db_path), "--json", str(out)]
     proc = subprocess.Popen(
         [sys.executable, "-m", "autosched", *args, "--report", str(report)],
