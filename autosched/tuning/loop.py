@@ -41,8 +41,17 @@ from autosched.space.config import Config
 from autosched.tuning.interrupt import check as check_interrupt
 from autosched.tuning.interrupt import latched
 from autosched.tuning.job import Job, Task
-from autosched.tuning.pair import Pair, error_record, left, open_pair, propose, sibling_pairs, store
-from autosched.tuning.runner import BatchRequest, LostBatch, Runner, Slot
+from autosched.tuning.pair import (
+    Pair,
+    error_record,
+    left,
+    open_pair,
+    propose,
+    sibling_pairs,
+    store,
+    withdraw,
+)
+from autosched.tuning.runner import BatchRequest, LostBatch, Runner, Slot, device_failure
 from autosched.tuning.scheduler import TaskScheduler, make_policy
 
 log = logging.getLogger(__name__)
@@ -236,8 +245,7 @@ def _run_job(
                 for handle in lost:
                     pair, configs, _ = in_flight.pop(handle)
                     busy[pair.slot.device_key] -= 1
-                    pair.in_flight.difference_update(c.key for c in configs)
-                    pair.progress.in_flight -= len(configs)
+                    withdraw(pair, configs)
                 if lost:
                     runner.cancel(lost)
                 if not in_flight:
@@ -260,8 +268,7 @@ def _run_job(
             if isinstance(result, LostBatch):
                 lost += 1
                 log.warning("%s: %s; it is proposed again", pair.name, result)
-                pair.in_flight.difference_update(c.key for c in configs)
-                pair.progress.in_flight -= len(configs)
+                withdraw(pair, configs)
                 continue
             if isinstance(result, HarnessError):  # this process cannot measure at all
                 raise result
@@ -272,13 +279,12 @@ def _run_job(
                     error_record(pair, c, RUN_ERROR, f"{type(result).__name__}: {result}")
                     for c in configs
                 ]
-            why = _device_failed(result, control)
+            why = device_failure(result, control.key if control is not None else "")
             kind = pair.slot.device_key
             in_a_row[kind] = 0 if why is None else in_a_row.get(kind, 0) + 1
             if why is not None:  # the device's failure, not the configs': not stored
                 assert control is not None
-                pair.in_flight.difference_update(c.key for c in configs)
-                pair.progress.in_flight -= len(configs)
+                withdraw(pair, configs)
                 log.warning(
                     "%s: the device measured nothing in a batch, not even the control %s, "
                     "which it measured before (%s); the batch is proposed again",
@@ -328,14 +334,6 @@ def run_job(*args: Any, **kwargs: Any) -> JobResult:
     # (autosched.tuning.interrupt).
     with latched():
         return _run_job(*args, **kwargs)
-
-
-def _device_failed(records: Sequence[Record], control: Config | None) -> str | None:
-    """The control's error where a batch came back without a single measurement, the
-    control's failed too; else None."""
-    if control is None or any(r.ok for r in records):
-        return None
-    return next((r.error or r.status for r in records if r.config_key == control.key), None)
 
 
 def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str]:

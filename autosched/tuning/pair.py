@@ -204,6 +204,13 @@ def store(
     return new, seen
 
 
+def withdraw(pair: Pair, configs: Sequence[Config]) -> None:
+    """A batch of new ``configs`` that is not stored (lost with its runner, or the
+    device's failure): no longer in flight, so the search proposes them again."""
+    pair.in_flight.difference_update(c.key for c in configs)
+    pair.progress.in_flight -= len(configs)
+
+
 def error_record(pair: Pair, config: Config, status: str, error: str) -> Record:
     """A candidate that produced no measurement, kept as data like any other."""
     wl = pair.task.workload

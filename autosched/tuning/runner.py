@@ -61,6 +61,15 @@ class BatchRequest:
     control: str = ""  # the key of the batch's control, a config measured before ("": none)
 
 
+def device_failure(records: Sequence[Record], control: str) -> str | None:
+    """The error of the control (its config key; "": the batch has none) where a batch
+    came back without a single measurement, the control's failed too: the device failed,
+    not the configs (:mod:`autosched.tuning.loop`). None otherwise."""
+    if not control or any(r.ok for r in records):
+        return None
+    return next((r.error or r.status for r in records if r.config_key == control), None)
+
+
 def device_space(workload: Workload, *, target: str, slot: Slot) -> Space:
     """Every schedule of ``workload`` that fits the device of ``slot``."""
     from autosched.space.select import make_space
@@ -179,17 +188,17 @@ class DeviceSession:
             if request.rounds:
                 return tuner.remeasure(configs, rounds=request.rounds)
             records = tuner.measure(configs, on_record=self.on_record)
-            if request.control and not any(r.ok for r in records):
-                # Nothing measured, not even the control: the device failed, not the
-                # configs (autosched.tuning.loop). A fresh child in a fresh folder cures
-                # what lives in the process (its mappings, a lost folder, a driver
-                # context gone bad); the batch runs once more there.
+            why = device_failure(records, request.control)
+            if why is not None:
+                # A fresh child in a fresh folder cures what lives in the process (its
+                # mappings, a lost folder, a driver context gone bad); the batch runs
+                # once more there.
                 log.warning(
                     "%s: nothing measured, not even the control %s (%s); the batch runs "
                     "again in a fresh measurement child",
                     self.device.name,
                     request.control,
-                    next((r.error for r in records if r.config_key == request.control), ""),
+                    why,
                 )
                 try:
                     self._worker.reset()
