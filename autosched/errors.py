@@ -1,7 +1,8 @@
 """Exceptions raised by autosched.
 
 Every error a user can cause derives from :class:`AutoschedError`; the CLI turns
-those into one line and exit status 2. Failures of *candidates* (a kernel that does
+those into one line and exit status 2 (1 for :class:`DeviceGivenUp`, a device that
+failed mid-run, not the user's input). Failures of *candidates* (a kernel that does
 not build, hangs or computes the wrong answer) are never exceptions: they are
 records with an error kind (see :mod:`autosched.records.record`).
 """
@@ -19,6 +20,11 @@ class InvalidInputError(AutoschedError, ValueError):
 
 class DeviceError(AutoschedError):
     """No OpenCL device matches, or the device cannot be opened."""
+
+
+class DeviceGivenUp(DeviceError):
+    """A device that stopped measuring mid-run and was given up; what it measured before
+    is kept, and a rerun resumes."""
 
 
 class RecordsError(AutoschedError):

@@ -194,3 +194,119 @@ def _job_gives_up(tmp_path: Path, scratch: Path, env: dict[str, str]) -> None:
     with SQLiteDatabase(db_path) as db:
         for target in ("opencl", "llvm"):
             assert len({r.config_key for r in db.query(target=target)}) >= trials
+
+
+def test_a_tune_that_cannot_start_a_measurement_child_records_nothing_and_says_why(tmp_path):
+    """A temporary directory whose path is too long for a Unix socket (108 bytes): the
+    fork server that starts the build and measurement children cannot listen, so no
+    candidate can be measured, and none is to blame. The tune records nothing, gives the
+    device up with the cause in one line and exit 1; a rerun in a usable directory
+    resumes from nothing lost."""
+    long = Path(tempfile.mkdtemp(prefix="as-")) / ("x" * 110)
+    long.mkdir()
+    db_path = tmp_path / "records.db"
+    args = ["tune", "--op", "matmul", "--shape", "48,40,32", "--target", "llvm"]
+    args += ["--trials", str(2 * BATCH), "--batch", str(BATCH), "--db", str(db_path)]
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "autosched", *args],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=dict(os.environ, TMPDIR=str(long)),
+        )
+    finally:
+        shutil.rmtree(long.parent, ignore_errors=True)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("autosched: error: llvm device "), proc.stderr[-3000:]
+    assert f"measured nothing in {BROKEN_IN_A_ROW} batches in a row" in last, last
+    assert "AF_UNIX path too long" in last and "a rerun resumes" in last, last
+    with SQLiteDatabase(db_path) as db:
+        assert db.query() == []
+
+    rerun = subprocess.run(
+        [sys.executable, "-m", "autosched", *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stderr[-3000:]
+    with SQLiteDatabase(db_path) as db:
+        records = db.query()
+    assert len({r.config_key for r in records}) >= 2 * BATCH
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok]
+
+
+def test_a_task_whose_batches_cannot_be_measured_is_given_up_alone(tmp_path):
+    """Two tasks share the host CPU; every batch of one of them ends in an exception
+    (a runner that cannot measure that workload). That task is given up after
+    BROKEN_IN_A_ROW batches in a row, with nothing recorded for it; the device, which
+    measures the other task's batches, is not, and that task reaches its trials."""
+    import concurrent.futures as cf
+
+    from autosched.measure.cpu import host_cpu
+    from autosched.tuning import job_from_dict
+    from autosched.tuning.loop import run_job
+    from autosched.tuning.runner import LocalRunner
+
+    class NoSoftmax(LocalRunner):
+        def submit(self, slot, request):
+            if request.workload["op"] != "softmax":
+                return super().submit(slot, request)
+            future: cf.Future = cf.Future()
+            future.set_exception(RuntimeError("this runner cannot measure a softmax"))
+            return future
+
+    job = job_from_dict(
+        {
+            "name": "half",
+            "trials": 2 * BATCH,
+            "batch": BATCH,
+            "tasks": [
+                {"op": "softmax", "shape": "rows=64,cols=96", "targets": ["llvm"]},
+                {"op": "matmul", "shape": "48,40,32", "targets": ["llvm"]},
+            ],
+        }
+    )
+    runner = NoSoftmax(host_cpu(), "llvm", timing=FAST)
+    with SQLiteDatabase(tmp_path / "records.db") as db:
+        try:
+            result = run_job(job, runner, db, finalists=1)
+        finally:
+            runner.close()
+        records = db.query()
+    (given_up,) = result.broken
+    assert given_up.startswith("softmax") and "RuntimeError: this runner cannot" in given_up
+    assert f"{BROKEN_IN_A_ROW} batches in a row not measured" in given_up, given_up
+    assert result.dropped_batches == BROKEN_IN_A_ROW and result.failed_batches == 0
+    assert {r.op for r in records} == {"matmul"}
+    assert all(r.ok for r in records), [r.error for r in records if not r.ok]
+    assert len({r.config_key for r in records}) >= 2 * BATCH
+
+
+def test_a_device_whose_measurement_child_never_starts_is_given_up_from_the_first_batch(
+    tmp_path, monkeypatch
+):
+    """The measurement child does not report in time (a driver that hangs opening the
+    device; here the wait for it is cut to nothing): before anything was measured there
+    is no control to tell the device's failure from the configs', but a child that
+    could not start tells it. Nothing is recorded; the device is given up."""
+    from autosched.errors import DeviceGivenUp
+    from autosched.measure import worker
+
+    monkeypatch.setattr(worker, "_START_TIMEOUT_S", 0.0)
+    db_path = tmp_path / "records.db"
+    with pytest.raises(DeviceGivenUp) as err:
+        autosched.tune(
+            autosched.workload("matmul", M=48, N=40, K=32),
+            trials=2 * BATCH,
+            batch=BATCH,
+            target="llvm",
+            db=db_path,
+            timing=FAST,
+            finalists=0,
+        )
+    assert "measurement worker did not start" in str(err.value), err.value
+    with SQLiteDatabase(db_path) as db:
+        assert db.query() == []

@@ -20,7 +20,7 @@ from autosched.cli.shared import (
     workload_from_args,
 )
 from autosched.cli.shared import positive as _positive
-from autosched.errors import AutoschedError, InvalidInputError
+from autosched.errors import AutoschedError, DeviceGivenUp, InvalidInputError
 
 log = logging.getLogger("autosched.cli")
 
@@ -445,7 +445,7 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except AutoschedError as exc:
         print(f"autosched: error: {exc}", file=sys.stderr)
-        return 2
+        return 1 if isinstance(exc, DeviceGivenUp) else 2
     except KeyboardInterrupt:
         # A Ctrl-C that lands inside exec() of a string (scipy runs one while a cost model
         # is imported lazily) leaves CPython's "unhandled KeyboardInterrupt" mark set even

@@ -219,6 +219,8 @@ def cmd_job_run(args: argparse.Namespace) -> int:
             "wall_s": result.wall_s,
             "deadline_reached": result.deadline_reached,
             "failed_batches": result.failed_batches,
+            "lost_batches": result.lost_batches,
+            "dropped_batches": result.dropped_batches,
             "unserved": result.unserved,
             "broken": result.broken,
             "tasks": rows,

@@ -3,7 +3,8 @@
 Each batch is one Dask task restricted to the resource of its device kind, so Dask's
 scheduler places it on a worker that owns such a device and, when that worker dies
 mid-batch, runs it again elsewhere; a batch that has killed ``allowed-failures``
-workers comes back as ``KilledWorker`` and the job loop stores it as error records.
+workers comes back as ``KilledWorker``, passed on as a
+:class:`~autosched.tuning.runner.PoisonBatch` that the job loop stores as error records.
 """
 
 from __future__ import annotations
@@ -16,12 +17,12 @@ from concurrent.futures import CancelledError
 from typing import Any
 
 import dask
-from distributed import Client, Nanny, Scheduler, SpecCluster, wait
+from distributed import Client, KilledWorker, Nanny, Scheduler, SpecCluster, wait
 
 from autosched.farm.worker import describe, nanny_options, resource_name, run_batch
 from autosched.ops import Workload
 from autosched.space.space import Space
-from autosched.tuning.runner import BatchRequest, LostBatch, Slot, device_space
+from autosched.tuning.runner import BatchRequest, LostBatch, PoisonBatch, Slot, device_space
 
 log = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def _outcome(fut: Any) -> Any:
     if fut.cancelled():
         return LostBatch(f"batch lost with the scheduler ({fut.key})")
     if fut.status == "error":
-        return fut.exception()
+        return _poison(fut.exception())
     if fut.status != "finished":
         return _NOT_YET
     try:
@@ -127,7 +128,15 @@ def _outcome(fut: Any) -> Any:
     except CancelledError:
         return LostBatch(f"batch lost with the scheduler ({fut.key})")
     except Exception as exc:  # noqa: BLE001 - the batch failed when it ran again
-        return exc
+        return _poison(exc)
+
+
+def _poison(exc: BaseException) -> BaseException:
+    """The configs' fault where the batch killed every worker it reached; ``exc`` as it is
+    (the device's or the harness's) otherwise."""
+    if isinstance(exc, KilledWorker):
+        return PoisonBatch(f"KilledWorker: {exc}")
+    return exc
 
 
 def _with_count(slot: Slot, count: int) -> Slot:

@@ -206,6 +206,9 @@ class MeasureWorker:
         self.restarts = 0
         self.retired = 0  # children ended after PROGRAMS_PER_CHILD programs
         self._programs = 0  # programs the present child has run
+        # Why the last child could not start ("" once one has): the device's or the
+        # host's failure, not the programs' (autosched.tuning.runner.DeviceSession).
+        self.start_error = ""
 
     def _spec(self) -> tuple[tuple, dict[str, str]]:
         if isinstance(self.device, IreeDevice):
@@ -238,6 +241,7 @@ class MeasureWorker:
         _log_output(parent.recv()[1], "the device's driver, opening it,")
         self._proc, self._conn, self._data = proc, parent, None
         self._programs = 0
+        self.start_error = ""
 
     def _kill(self) -> None:
         if self._proc is not None:
@@ -264,6 +268,7 @@ class MeasureWorker:
             try:
                 self._start()
             except (OSError, RuntimeError) as exc:  # the device's failure, not the program's
+                self.start_error = f"{type(exc).__name__}: {exc}"
                 return RunOutcome(RUN_ERROR, f"cannot start the measurement child: {exc}")
         assert self._conn is not None
         start = time.perf_counter()

@@ -91,7 +91,9 @@ def _summary(result: JobResult, sections: dict[tuple[str, str, str], Section]) -
         f"Wall time {fmt_duration(result.wall_s)}, ended by {ended}.",
         f"Workers seen: {esc(', '.join(result.workers_seen) or 'none')}; lost: {esc(lost)}.",
         f"Batches that failed on every worker they reached: {result.failed_batches}; "
-        f"batches lost with the scheduler and proposed again: {result.lost_batches}.",
+        f"batches lost with the scheduler and proposed again: {result.lost_batches}; "
+        f"batches not measured (the device failed) and proposed again: "
+        f"{result.dropped_batches}.",
     ]
     if result.unserved:
         facts.append(f"No worker served: {esc('; '.join(result.unserved))}.")

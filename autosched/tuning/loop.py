@@ -9,18 +9,21 @@ measured and tops every pair up to its trials. At the deadline no new batch is
 proposed; the batches in flight are awaited and stored. What the loop knows of each pair,
 and how a pair opens, proposes and stores a batch, is :mod:`autosched.tuning.pair`.
 
-A batch whose every config failed, its control too (the best config so far, which the
-device measured before: :mod:`autosched.tuning.control`), says that the device failed,
-not the configs: a driver that stopped launching anything, a disk too full for the
-kernels. The device's session has already run it once more in a fresh measurement
-child (:meth:`autosched.tuning.runner.DeviceSession.run`); failed again, it is not
-stored (recorded, its configs would read as broken to every later search and build)
-and is proposed again; after :data:`BROKEN_IN_A_ROW` such batches in a row the device
-kind is given up with the control's error, the job goes on with the others, and a rerun
-takes it up again. The count is per device kind: on a farm where one of several workers
-of a kind breaks for good, the others' batches keep the kind going and the broken
-worker's batches are dropped and proposed again (the records stay clean; its share of
-the night is lost).
+A batch can come back not measured at all: the device's session found that the device
+failed, not the configs (nothing measured, and no measurement child could start or the
+batch's control failed too, the best config so far, which the device measured before:
+:mod:`autosched.tuning.control`), even after running it once more in a fresh measurement
+child (:meth:`autosched.tuning.runner.DeviceSession.run`); or the runner or harness
+raised. Such a batch is not stored (recorded, its configs would read as broken to every
+later search and build) and is proposed again; after :data:`BROKEN_IN_A_ROW` in a row
+(per device of the kind) its device kind is given up (or, where the kind's other tasks
+still measure, the task on that kind), the job goes on with the others and a rerun takes
+them up again. A batch whose configs brought down every process that measured it
+(:class:`~autosched.tuning.runner.PoisonBatch`) is theirs to answer for: its configs are
+stored as run errors. On a farm, a worker whose device measures nothing in
+:data:`BROKEN_IN_A_ROW` batches in a row stops taking that kind's batches
+(:class:`autosched.farm.worker.DevicePlugin`): the kind's other workers carry on, and
+the kind is given up only when none is left.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,7 +54,7 @@ from autosched.tuning.pair import (
     store,
     withdraw,
 )
-from autosched.tuning.runner import BatchRequest, LostBatch, Runner, Slot, device_failure
+from autosched.tuning.runner import BatchRequest, LostBatch, PoisonBatch, Runner, Slot
 from autosched.tuning.scheduler import TaskScheduler, make_policy
 
 log = logging.getLogger(__name__)
@@ -84,11 +87,13 @@ class JobResult:
     # Targets or device kinds with trials left that no worker served within the wait.
     unserved: list[str] = field(default_factory=list)
     lost_batches: int = 0  # proposed again after the runner lost them (a scheduler restart)
+    # Proposed again after they came back not measured (the device or harness failed).
+    dropped_batches: int = 0
     workers_seen: list[str] = field(default_factory=list)
     workers_lost: list[str] = field(default_factory=list)  # seen, gone at the end
     started: float = 0.0
-    # Device kinds given up after BROKEN_IN_A_ROW batches in which they measured
-    # nothing, not even the control: the device's name and the control's error.
+    # Device kinds (or tasks on one) given up after BROKEN_IN_A_ROW batches in a row that
+    # came back not measured: which, and the last batch's error.
     broken: list[str] = field(default_factory=list)
 
     def rows(self) -> list[dict[str, Any]]:
@@ -160,9 +165,11 @@ def _run_job(
     slots: dict[str, Slot] = {}
     in_flight: dict[Any, tuple[Pair, list[Config], Config | None]] = {}
     busy: dict[str, int] = {}
-    failed = lost = 0
-    in_a_row: dict[str, int] = {}  # device key -> batches in a row that measured nothing
+    failed = lost = dropped = 0
+    in_a_row: dict[str, int] = {}  # device key -> batches in a row not measured
     broken: dict[str, str] = {}  # device key -> why it was given up
+    failing: dict[str, set[str]] = {}  # device key -> pairs with batches not measured since
+    peak: dict[str, int] = {}  # device key -> the most devices of the kind seen at once
     refreshed = 0.0
     waiting_since = 0.0
     unserved: list[str] = []
@@ -174,6 +181,7 @@ def _run_job(
         slots.clear()
         for slot in runner.slots():
             slots[slot.device_key] = slot
+            peak[slot.device_key] = max(peak.get(slot.device_key, 0), slot.count)
             if slot.device_key in known:
                 continue
             known.add(slot.device_key)
@@ -195,6 +203,36 @@ def _run_job(
 
     def stopping() -> bool:
         return deadline is not None and time.time() >= deadline
+
+    def give_up(pair: Pair, why: str) -> None:
+        """Count a batch not measured against its pair and its device kind. After
+        BROKEN_IN_A_ROW in a row per device of the kind (the most it had: on a farm, a
+        worker whose device broke stops taking its batches itself, and the kind's other
+        workers go on), the kind is given up where they came from two tasks or more (or
+        from its only task left): the device failed; the task alone where the kind's
+        other tasks have batches still to show: the task failed."""
+        kind = pair.slot.device_key
+        in_a_row[kind] = in_a_row.get(kind, 0) + 1
+        failing.setdefault(kind, set()).add(pair.name)
+        pair.dropped += 1
+        limit = BROKEN_IN_A_ROW * peak.get(kind, 1)
+        if kind in broken or max(in_a_row[kind], pair.dropped) < limit:
+            return
+        others = [
+            p
+            for p in pairs
+            if p.slot.device_key == kind and p is not pair and left(p) > 0 and not p.exhausted
+        ]
+        if len(failing[kind]) >= 2 or not others:
+            broken[kind] = (
+                f"{pair.task.target} device {pair.slot.name} ({kind}) measured nothing in "
+                f"{in_a_row[kind]} batches in a row: {why}"
+            )
+            log.error("%s; it is given up, and a rerun takes it up again", broken[kind])
+        elif pair.dropped >= limit:
+            pair.given_up = f"{pair.name}: {pair.dropped} batches in a row not measured: {why}"
+            pair.exhausted = True
+            log.error("%s; it is given up, and a rerun takes it up again", pair.given_up)
 
     refresh()
     while True:
@@ -235,7 +273,7 @@ def _run_job(
                     pair.in_flight.update(c.key for c in configs)
                     pair.progress.start(len(configs))
                     busy[key] = busy.get(key, 0) + 1
-        waiting = _waiting_for(job, pairs, slots)
+        waiting = _waiting_for(job, pairs, slots, broken)
         if waiting and not stopping():
             waiting_since = waiting_since or time.time()
             if time.time() - waiting_since > device_wait_s:
@@ -272,34 +310,21 @@ def _run_job(
                 continue
             if isinstance(result, HarnessError):  # this process cannot measure at all
                 raise result
-            if isinstance(result, BaseException):
+            if isinstance(result, PoisonBatch):  # the configs' fault: stored as theirs
                 failed += 1
-                log.warning("%s: a batch failed: %s: %s", pair.name, type(result).__name__, result)
-                result = [
-                    error_record(pair, c, RUN_ERROR, f"{type(result).__name__}: {result}")
-                    for c in configs
-                ]
-            why = device_failure(result, control.key if control is not None else "")
-            kind = pair.slot.device_key
-            in_a_row[kind] = 0 if why is None else in_a_row.get(kind, 0) + 1
-            if why is not None:  # the device's failure, not the configs': not stored
-                assert control is not None
+                log.warning("%s: a batch failed: %s", pair.name, result)
+                result = [error_record(pair, c, RUN_ERROR, str(result)) for c in configs]
+            elif isinstance(result, BaseException):  # the device's or the harness's
+                dropped += 1
                 withdraw(pair, configs)
+                why = f"{type(result).__name__}: {result}"
                 log.warning(
-                    "%s: the device measured nothing in a batch, not even the control %s, "
-                    "which it measured before (%s); the batch is proposed again",
-                    pair.name,
-                    control.key,
-                    why,
+                    "%s: a batch was not measured (%s); it is proposed again", pair.name, why
                 )
-                if in_a_row[kind] >= BROKEN_IN_A_ROW and kind not in broken:
-                    broken[kind] = (
-                        f"{pair.task.target} device {pair.slot.name} ({kind}) measured nothing "
-                        f"in {BROKEN_IN_A_ROW} batches in a row, not even configs it measured "
-                        f"before: {why}"
-                    )
-                    log.error("%s; it is given up, and a rerun takes it up again", broken[kind])
+                give_up(pair, why)
                 continue
+            in_a_row[pair.slot.device_key] = pair.dropped = 0
+            failing.pop(pair.slot.device_key, None)
             batch, seen = store(db, pair, configs, result, control)
             for other in sibling_pairs(pairs, pair):
                 other.search.observe(seen)
@@ -310,7 +335,8 @@ def _run_job(
 
     reached = stopping()
     if finalists and not reached:
-        _final([p for p in pairs if p.slot.device_key not in broken], runner, db, job, finalists)
+        alive = [p for p in pairs if p.slot.device_key not in broken and not p.given_up]
+        _final(alive, runner, db, job, finalists)
     seen = sorted(getattr(runner, "workers_seen", ()))
     now = set(getattr(runner, "workers_now", ()))
     return JobResult(
@@ -321,10 +347,11 @@ def _run_job(
         failed,
         unserved,
         lost_batches=lost,
+        dropped_batches=dropped,
         workers_seen=seen,
         workers_lost=[w for w in seen if w not in now],
         started=start,
-        broken=list(broken.values()),
+        broken=list(broken.values()) + [p.given_up for p in pairs if p.given_up],
     )
 
 
@@ -336,12 +363,16 @@ def run_job(*args: Any, **kwargs: Any) -> JobResult:
         return _run_job(*args, **kwargs)
 
 
-def _waiting_for(job: Job, pairs: list[Pair], slots: dict[str, Slot]) -> set[str]:
-    """Targets no device serves yet, and device kinds gone with trials left."""
-    served = {s.target for s in slots.values()}
+def _waiting_for(
+    job: Job, pairs: list[Pair], slots: dict[str, Slot], broken: Container[str]
+) -> set[str]:
+    """Targets no device has served yet, and device kinds gone with trials left (not
+    those given up: a farm worker stops serving a device it gave up)."""
+    served = {s.target for s in slots.values()} | {p.task.target for p in pairs}
     waiting = {f"target {t.target}" for t in job.tasks if t.target not in served}
     for pair in pairs:
-        if pair.slot.device_key not in slots and left(pair) > 0 and not pair.exhausted:
+        key = pair.slot.device_key
+        if key not in slots and key not in broken and left(pair) > 0 and not pair.exhausted:
             waiting.add(f"{pair.slot.target} device {pair.slot.name} ({pair.slot.device_key})")
     return waiting
 

@@ -52,6 +52,8 @@ class Pair:
     best: Record | None = None
     default_record: Record | None = None
     control: BatchControl = field(default_factory=BatchControl)
+    dropped: int = 0  # batches in a row that came back not measured (the loop's count)
+    given_up: str = ""  # why the loop gave this pair up ("": it did not)
 
     @property
     def name(self) -> str:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from autosched.errors import DeviceError
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
 from autosched.measure.runner import TimingOptions
@@ -64,7 +65,7 @@ class BatchRequest:
 def device_failure(records: Sequence[Record], control: str) -> str | None:
     """The error of the control (its config key; "": the batch has none) where a batch
     came back without a single measurement, the control's failed too: the device failed,
-    not the configs (:mod:`autosched.tuning.loop`). None otherwise."""
+    not the configs (:class:`DeviceSession`). None otherwise."""
     if not control or any(r.ok for r in records):
         return None
     return next((r.error or r.status for r in records if r.config_key == control), None)
@@ -79,6 +80,13 @@ def device_space(workload: Workload, *, target: str, slot: Slot) -> Space:
 
 class LostBatch(Exception):
     """A batch that never reached a device (its runner lost it); it is proposed again."""
+
+
+class PoisonBatch(Exception):
+    """A batch that brought down every process that measured it (on a farm, Dask's
+    ``KilledWorker`` after its allowed failures): the configs' fault, so the loop stores
+    them as run errors. Every other exception a batch ends with is the device's or the
+    harness's, and the batch is proposed again (:mod:`autosched.tuning.loop`)."""
 
 
 class Runner(Protocol):
@@ -98,7 +106,8 @@ class Runner(Protocol):
     def wait(self, handles: Sequence[Any], timeout_s: float) -> list[tuple[Any, Any]]:
         """The handles that finished within ``timeout_s`` (at least one if any can),
         each with its ``list[Record]`` or the exception that ended it (:class:`LostBatch`
-        for one that was never measured)."""
+        for one that was never measured, :class:`PoisonBatch` for one whose configs
+        brought down whatever measured them)."""
         ...
 
     def cancel(self, handles: Sequence[Any]) -> None:
@@ -182,30 +191,46 @@ class DeviceSession:
                 f"a batch for {request.target} device {request.device_key} reached "
                 f"{self.target} device {self.device.key(self.target)}"
             )
-        tuner = self._tuner(request)
+        try:
+            tuner = self._tuner(request)
+        except OSError as exc:  # the host's: no folder for the measurement child
+            raise DeviceError(f"{self.device.name} cannot measure: {_said(exc)}") from None
         configs = [Config.from_json(c) for c in request.configs]
         try:
             if request.rounds:
                 return tuner.remeasure(configs, rounds=request.rounds)
-            records = tuner.measure(configs, on_record=self.on_record)
-            why = device_failure(records, request.control)
-            if why is not None:
-                # A fresh child in a fresh folder cures what lives in the process (its
-                # mappings, a lost folder, a driver context gone bad); the batch runs
-                # once more there.
-                log.warning(
-                    "%s: nothing measured, not even the control %s (%s); the batch runs "
-                    "again in a fresh measurement child",
-                    self.device.name,
-                    request.control,
-                    why,
-                )
-                try:
-                    self._worker.reset()
-                except OSError as exc:  # no folder can be made: the loop gives up on it
-                    log.warning("cannot start a fresh measurement child: %s", exc)
-                    return records
+            try:
                 records = tuner.measure(configs, on_record=self.on_record)
+                why = self._failure(records, request.control)
+            except OSError as exc:  # the host's: a folder, a socket, a process not made
+                why = _said(exc)
+            if why is None:
+                return records
+            # A fresh child in a fresh folder cures what lives in the process (its
+            # mappings, a lost folder, a driver context gone bad); the batch runs once
+            # more there.
+            log.warning(
+                "%s measured nothing (%s); the batch runs again in a fresh measurement child",
+                self.device.name,
+                why,
+            )
+            try:
+                self._worker.reset()
+            except OSError as exc:
+                raise DeviceError(
+                    f"{self.device.name} measured nothing ({why}), and no fresh measurement "
+                    f"child can start: {_said(exc)}"
+                ) from None
+            try:
+                records = tuner.measure(configs, on_record=self.on_record)
+            except OSError as exc:
+                raise DeviceError(f"{self.device.name} cannot measure: {_said(exc)}") from None
+            why = self._failure(records, request.control)
+            if why is not None:
+                raise DeviceError(
+                    f"{self.device.name} measured nothing, twice, the second time in a fresh "
+                    f"measurement child: {why}"
+                )
             return records
         finally:
             if self.target == "iree-vulkan":
@@ -216,6 +241,16 @@ class DeviceSession:
                 # devices' measurements. The child starts again with the next batch.
                 self._worker.stop()
 
+    def _failure(self, records: Sequence[Record], control: str) -> str | None:
+        """Why the device measured nothing of a batch, where the device failed rather than
+        its configs: no measurement child could start, or the control failed too."""
+        if any(r.ok for r in records):
+            return None
+        if self._worker.start_error:
+            return f"cannot start the measurement child: {self._worker.start_error}"
+        why = device_failure(records, control)
+        return None if why is None else f"not even the control {control}, measured before: {why}"
+
     def close(self) -> None:
         while self._tuners:
             _, tuner = self._tuners.popitem()
@@ -224,6 +259,10 @@ class DeviceSession:
             self._worker.close()
             self._builders.close()
             self._worker = self._builders = None
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
 
 
 def canonical(data: Any) -> str:

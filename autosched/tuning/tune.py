@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from autosched.errors import DeviceError, InvalidInputError
+from autosched.errors import DeviceGivenUp, InvalidInputError
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device, select_device
 from autosched.measure.memory import check_fits
@@ -201,7 +201,7 @@ def tune(
             database.close()
     (pair,) = result.pairs
     if result.broken:
-        raise DeviceError(
+        raise DeviceGivenUp(
             f"{result.broken[0]}; the {len(pair.measured)} measurements before are kept, "
             "and a rerun resumes"
         )
