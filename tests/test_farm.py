@@ -11,9 +11,11 @@ import collections
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -206,8 +208,8 @@ def test_job_files_and_options_are_checked_before_anything_runs(tmp_path):
 # -- a farm on loopback: a real `dask scheduler` and `autosched worker` processes ---------
 
 
-def _spawn(args: list[str], log: Path) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def _spawn(args: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    env = dict(env or os.environ, PYTHONUNBUFFERED="1")
     # A process group of its own: a kill takes the nanny, its worker and their children.
     return subprocess.Popen(
         args, stdout=log.open("w"), stderr=subprocess.STDOUT, start_new_session=True, env=env
@@ -506,6 +508,36 @@ def _config_key(config_json):
     return Config.from_json(config_json).key
 
 
+def test_a_target_no_worker_serves_is_waited_for_then_left_for_a_rerun(tmp_path):
+    """The farm has an OpenCL device and no llvm one: the job tunes what it can, waits
+    the given time for an llvm worker, then ends saying which target none served."""
+    from distributed import Client
+
+    from autosched.farm.runner import DaskRunner, local_cluster
+    from autosched.tuning import job_from_dict
+    from autosched.tuning.loop import run_job
+
+    job = job_from_dict(
+        {
+            "name": "half",
+            "trials": 8,
+            "batch": 4,
+            "tasks": [{"op": "matmul", "shape": "64,64,64", "targets": ["opencl", "llvm"]}],
+        }
+    )
+    db = SQLiteDatabase(tmp_path / "records.db")
+    with local_cluster(["opencl"]) as cluster, Client(cluster) as client:
+        start = time.time()
+        result = run_job(job, DaskRunner(client), db, finalists=0, device_wait_s=3.0)
+        wall = time.time() - start
+    records = db.query()
+    db.close()
+    assert result.unserved == ["target llvm"] and result.broken == [], result
+    assert wall >= 3.0
+    assert {r.target for r in records} == {"opencl"}
+    assert len({r.config_key for r in records}) == 8
+
+
 def test_a_kernel_past_its_time_limit_is_killed_and_the_job_goes_on(tmp_path):
     """The untuned 1024^3 matmul runs for about half a second per launch on a CPU; with a
     one-second limit per candidate its measurement child is killed (``timeout``), a
@@ -618,6 +650,70 @@ def test_batches_reach_only_workers_of_their_device_kind(tmp_path, farm):
     _check_topped_up(db, trials=4, pairs=3)
     # Two CPU cores cannot run 64^3 at a teraflop: every timing is physical.
     assert all(r.gflops < 1000 for r in records if r.ok), max(r.gflops for r in records if r.ok)
+
+
+def test_a_worker_whose_device_breaks_stops_taking_its_batches_and_the_others_finish(
+    tmp_path, farm
+):
+    """Two workers own the host CPU: one llvm device kind, two devices. Once the second
+    has measured a batch, its temporary directory becomes a file: it can write no kernel
+    and start no fresh measurement child. It measures nothing in BROKEN_IN_A_ROW batches
+    in a row (each not recorded, and proposed again), says so in its log and stops taking
+    the kind's batches; the first worker tops the task up, and the job ends well with
+    nothing failed recorded beyond the batch the fault cut in two."""
+    from autosched.tuning.loop import BROKEN_IN_A_ROW
+
+    address, procs = farm
+    # A short path of its own (the worker's fork server's Unix socket lives in it).
+    scratch = Path(tempfile.mkdtemp(prefix="as-"))
+    procs.append(_worker(tmp_path, address, "llvm", "sound"))
+    procs.append(
+        _spawn(
+            [sys.executable, "-m", "autosched", "worker", "--scheduler", address,
+             "--target", "llvm", "--name", "frail"],
+            tmp_path / "frail.log",
+            env=dict(os.environ, TMPDIR=str(scratch)),
+        )
+    )  # fmt: skip
+    trials, batch = 40, 4
+    job = tmp_path / "two.toml"
+    job.write_text(
+        f'name = "two"\ntrials = {trials}\nbatch = {batch}\nseed = 1\n[[tasks]]\n'
+        'op = "matmul"\nshape = "48,40,32"\ntargets = ["llvm"]\n'
+    )
+    db = tmp_path / "records.db"
+    out = tmp_path / "result.json"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "job", "run", str(job), "--scheduler", address,
+         "--db", str(db), "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    broke = False
+    try:
+        deadline = time.time() + 300
+        while run.poll() is None and time.time() < deadline and not broke:
+            if any(r.worker == "frail" for r in _records(db)):
+                shutil.rmtree(scratch)
+                scratch.write_text("not a folder\n")
+                broke = True
+            time.sleep(0.2)
+        _, stderr = run.communicate(timeout=600)
+    finally:
+        if scratch.is_dir():
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            scratch.unlink(missing_ok=True)
+    assert broke, "the second worker measured no batch"
+    assert run.returncode == 0, stderr[-3000:]
+    frail = (tmp_path / "frail.log").read_text()
+    assert "worker frail gives up" in frail and "restart the worker" in frail, frail[-3000:]
+    result = json.loads(out.read_text())
+    assert result["broken"] == [] and result["dropped_batches"] >= BROKEN_IN_A_ROW, result
+    records = _records(db)
+    assert len({r.config_key for r in records}) == trials
+    assert {r.worker for r in records} == {"sound", "frail"}
+    failed = [r for r in records if not r.ok]
+    assert len(failed) <= batch, [(r.worker, r.status, r.error) for r in failed]
 
 
 def test_a_job_rides_out_a_postgresql_restart_and_never_shows_its_password(tmp_path, pg_server):

@@ -23,9 +23,11 @@ from distributed import Nanny, get_worker
 from distributed.core import Status
 from distributed.diagnostics.plugin import WorkerPlugin
 
+from autosched.errors import DeviceError
 from autosched.measure.device import select_device
 from autosched.measure.lifeline import exit_with_parent
 from autosched.records.record import Record
+from autosched.tuning.loop import BROKEN_IN_A_ROW
 from autosched.tuning.runner import BatchRequest, DeviceSession, Slot
 
 log = logging.getLogger(__name__)
@@ -79,6 +81,7 @@ class DevicePlugin(WorkerPlugin):
         self.devices = [tuple(d) for d in devices]
         self.detach = detach
         self.sessions: dict[str, DeviceSession] = {}
+        self.failed: dict[str, int] = {}  # device key -> batches in a row it measured nothing of
 
     def setup(self, worker: Any) -> None:
         # Ctrl-C at a terminal reaches the whole process group: the job's client (or the
@@ -102,6 +105,28 @@ class DevicePlugin(WorkerPlugin):
         for session in self.sessions.values():
             session.close()
         self.sessions.clear()
+
+    def measured(self, worker: Any, key: str, error: DeviceError | None) -> None:
+        """Count the batches in a row that device ``key`` measured nothing of (``error``,
+        even in a fresh measurement child); after BROKEN_IN_A_ROW, stop taking its batches:
+        its Dask resource goes to 0, so the scheduler sends them to the kind's other
+        workers (the job gives the kind up only where none is left). A new worker process
+        (a restart of ``autosched worker``) opens the device again."""
+        self.failed[key] = self.failed.get(key, 0) + 1 if error is not None else 0
+        if self.failed[key] < BROKEN_IN_A_ROW or key not in self.sessions:
+            return
+        session = self.sessions.pop(key)
+        log.error(
+            "worker %s gives up %s (%s): it measured nothing in %d batches in a row (%s); "
+            "restart the worker to take it up again",
+            worker.name,
+            session.device.name,
+            session.target,
+            self.failed[key],
+            error,
+        )
+        session.close()
+        worker.loop.add_callback(worker.set_resources, **{resource_name(key): 0})
 
 
 class ClosingHeartbeat(logging.Filter):
@@ -128,7 +153,13 @@ def run_batch(request: BatchRequest) -> list[Record]:
     session = plugin.sessions.get(request.device_key) if plugin else None
     if session is None:
         raise RuntimeError(f"this worker owns no device {request.device_key}")
-    return session.run(request)
+    try:
+        records = session.run(request)
+    except DeviceError as exc:
+        plugin.measured(get_worker(), request.device_key, exc)
+        raise
+    plugin.measured(get_worker(), request.device_key, None)
+    return records
 
 
 def describe(dask_worker: Any) -> list[Slot]:
