@@ -114,6 +114,28 @@ def test_featurize_cached_rows_equal_fresh_rows_and_empty_input():
     assert featurize(space, []).shape == (0, len(feature_names(space)))
 
 
+def test_the_feature_caches_stay_within_their_bound_in_all(monkeypatch):
+    """Rows are cached per space, and the caches of every space together stay within
+    their bound (a model job's tens of spaces): the largest starts afresh, and what it
+    gave before is given again."""
+    from autosched.cost_model import features
+
+    monkeypatch.setattr(features, "_TOTAL_LIMIT", 100)
+    rng = np.random.default_rng(3)
+    spaces = [make_space(workload("matmul", M=m, N=64, K=64), limits=LIMITS) for m in (32, 48, 64)]
+    first = {}
+    for round_ in range(3):
+        for space in spaces:
+            configs = space.sample(rng, 30)
+            X = featurize(space, configs)
+            if round_ == 0:
+                first[id(space)] = (configs, X)
+            assert sum(len(c) for c in features._caches.values()) <= 100
+    for space in spaces:
+        configs, X = first[id(space)]
+        assert np.array_equal(featurize(space, configs), X)
+
+
 def test_featurize_lines_up_columns_across_shapes_and_epilogues():
     a = make_space(workload("matmul", M=128, N=128, K=128), limits=LIMITS)
     b = make_space(workload("matmul", M=512, N=256, K=64, epilogue="bias_relu"), limits=LIMITS)

@@ -65,7 +65,12 @@ FIXED_WORKLOAD: tuple[str, ...] = ("w_log_flops",)
 # alone (a target without work-groups): see prior_score.
 LOG_TASK_COST = 10.0
 
-_CACHE_LIMIT = 200_000  # rows per space; a search over millions of configs starts afresh
+# Rows kept per space, and in all: a search over millions of configs starts afresh, and
+# a night's model job (tens of tasks, each scoring ~370 configs per batch of 8: a 256^3
+# matmul on llvm, 2,986 rows in 64 trials) keeps its client's memory bounded (a row
+# with its config costs ~1.1 KiB: ~550 MiB in all at most).
+_CACHE_LIMIT = 200_000
+_TOTAL_LIMIT = 500_000
 _caches: weakref.WeakKeyDictionary[Space, dict[Config, np.ndarray]] = weakref.WeakKeyDictionary()
 _names: weakref.WeakKeyDictionary[Space, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
@@ -123,6 +128,11 @@ def featurize(
     cache = _caches.get(space)
     if cache is None:
         cache = _caches[space] = {}
+    while sum(len(c) for c in _caches.values()) + len(configs) > _TOTAL_LIMIT:
+        largest = max(_caches.values(), key=len)
+        if not largest:
+            break
+        largest.clear()  # the largest starts afresh
     rows = np.empty((len(configs), len(own)), dtype=np.float32)
     workload = _workload_features(space)
     workload.update(_device_features(space))
