@@ -143,6 +143,11 @@ def tune(
 
     Returns:
         TuneResult with the best record (re-measured) and the default schedule's record.
+
+    Raises:
+        DeviceGivenUp: the device measured nothing in several batches in a row (no
+            measurement child could start, or configs it measured before failed too);
+            what it measured before is kept, and a rerun resumes.
     """
     if isinstance(trials, bool) or not isinstance(trials, int) or trials < 1:
         raise InvalidInputError(f"trials={trials!r} is not valid; accepted: an integer >= 1")
