@@ -1,7 +1,8 @@
 """PyTorch models: a ``file.py:factory`` or a saved ``torch.export`` program (``.pt2``).
 
 Both go through ``torch.export`` and TVM's Relax ``from_exported_program``, with
-PyTorch's decompositions (batch-norm is wrong without them); torch eager is the reference.
+PyTorch's decompositions (batch-norm is wrong without them) and rewrites of the ops the
+frontend lacks (:mod:`autosched.models.torch_decompose`); torch eager is the reference.
 """
 
 from __future__ import annotations
@@ -110,8 +111,10 @@ def _from_program(
 ) -> Model:
     from tvm.relax.frontend.torch import from_exported_program
 
+    from autosched.models.torch_decompose import rewrite
+
     with _quiet():
-        program = program.run_decompositions()
+        program = rewrite(program.run_decompositions())
     _check_ops(program, source)
     try:
         # Decomposed above already (what the default would do again).
