@@ -141,6 +141,27 @@ def test_resnet_block_tasks_have_weights_and_families(resnet, host):
     ]  # fmt: skip
 
 
+class Centred(nn.Module):
+    """A group's mean taken off (a group norm's first step, over a reshape): the mean's
+    kept dimension is an output axis of extent 1 that indexes no input."""
+
+    def forward(self, x):
+        y = x.reshape(2, 4, -1)
+        return (y - y.mean(-1, keepdim=True)).reshape(x.shape)
+
+
+def test_a_mean_with_a_kept_dimension_is_no_contraction_and_every_task_builds(host, caplog):
+    """Taken for a contraction (the unit axis reads like an output axis some input lacks:
+    reuse), the mean's task failed its default schedule and `model tasks` with it."""
+    mod, _, _ = _relax(Centred(), (2, 8, 6, 6))
+    tasks = extract_tasks(mod, limits=host.limits)
+    (mean,) = [t for t in tasks if "mean" in t.name]
+    assert mean.family != "contraction"
+    for task in tasks:
+        assert default_latency_ms(task, device=host, repeats=1) > 0
+    assert "cannot schedule" not in caplog.text
+
+
 def test_bert_layer_tasks_share_keys_and_weights(bert, host):
     mod, _, _ = bert
     tasks = extract_tasks(mod, limits=host.limits)

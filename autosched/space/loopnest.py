@@ -96,7 +96,8 @@ def _classify_cached(key: str, workload: Workload) -> str:
         nest = analyze_prim_func(workload.prim_func())
     except ScheduleError:
         return "rowwise"
-    spatial = {a.name for a in nest.spatial}
+    # An axis of extent 1 (a reduction's kept dimension, keepdims) reuses nothing.
+    spatial = {a.name for a in nest.spatial if a.extent > 1}
     for acc in nest.inputs:
         if spatial - acc.axes:
             return "contraction"

@@ -105,14 +105,28 @@ def call_counts(mod: Any) -> dict[str, int]:
 
 
 def space_of(workload: FusedFunc, *, target: str, limits: DeviceLimits) -> Space | None:
-    """The space whose family fits ``workload``'s loop nest, or None when none does."""
+    """The space whose family fits ``workload``'s loop nest, or None when none does (or
+    the family cannot schedule even its default config: the task is built as TVM would,
+    untuned, rather than failing the model)."""
+    from autosched.space.schedule import schedule
     from autosched.space.select import make_space
 
     try:
-        return make_space(workload, target=target, limits=limits)
+        space = make_space(workload, target=target, limits=limits)
     except (ScheduleError, AutoschedError) as exc:
         log.debug("%s: no space family (%s)", workload, exc)
         return None
+    try:
+        schedule(space, space.default())
+    except (ScheduleError, AutoschedError) as exc:
+        log.warning(
+            "%s: its %s family cannot schedule it (%s); left untuned",
+            workload,
+            type(space).__name__,
+            exc,
+        )
+        return None
+    return space
 
 
 def extract_tasks(
