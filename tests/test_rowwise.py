@@ -535,6 +535,42 @@ def test_random_configs_with_a_vector_tail_compute_the_reference(
         assert outcome.status == "ok", (name, config, outcome.error)
 
 
+def _centred(shape: tuple[int, ...]):
+    """A model's fused function: a mean over the last axis that keeps it (``keepdim``, a
+    result ``[*rows, 1]``: a loop of extent 1 between the rows and the reduced axis), taken
+    off every element, as a group norm over a reshape does it."""
+    from tvm import te
+
+    from autosched.ops.fused import FusedFunc
+
+    x = te.placeholder(shape, "float32", name="x")
+    k = te.reduce_axis((0, shape[-1]), name="k")
+    total = te.compute((*shape[:-1], 1), lambda *i: te.sum(x(*i[:-1], k), axis=k), name="x_red")
+    out = te.compute(shape, lambda *i: x(*i) - total(*i[:-1], 0) / shape[-1], name="centred")
+    return FusedFunc.of(te.create_prim_func([x, out]), "centred")
+
+
+@pytest.mark.parametrize("target", ["opencl", "llvm"])
+@pytest.mark.parametrize("shape", [(2, 4, 144), (37, 50)])
+def test_a_reduction_that_keeps_its_dimension_is_row_wise(device, cpu, workers, shape, target):
+    """Its unit loop joins the rows: before, the nest was refused (and, taken for a
+    contraction, its default schedule failed); the default and sampled configs compute
+    the reference on both targets."""
+    wl = _centred(shape)
+    assert classify(wl) == "rowwise"
+    nest = analyze_row_prim_func(wl.prim_func())
+    assert (nest.rows, nest.cols) == (math.prod(shape[:-1]), shape[-1])
+    assert [b.kept for b in nest.blocks] == [True, False]
+    space = make_space(wl, target=target, limits=cpu.limits if target == "llvm" else LIMITS)
+    rng = np.random.default_rng(len(shape))
+    configs = [space.default(), *[c for c in space.sample(rng, 40) if space.check(c) is None][:4]]
+    assert any(c["vec"] > 1 for c in configs)
+    data = make_data(wl)
+    for config in configs:
+        outcome = workers[target].measure(build(space, config), data, FAST)
+        assert outcome.status == "ok", (config, outcome.error)
+
+
 # -- tuning -----------------------------------------------------------------------------
 
 TUNE = {

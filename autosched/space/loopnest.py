@@ -201,6 +201,9 @@ class RowBlock:
     kind: str
     reads: tuple[str, ...]
     output: bool
+    # A reduction that keeps its reduced dimension (keepdim: a loop of extent 1 between
+    # the rows and the columns, its result [*rows, 1]); the schedule fuses it into the rows.
+    kept: bool = False
 
 
 @dataclass(frozen=True)
@@ -270,6 +273,10 @@ def analyze_row_prim_func(func) -> RowNest:
     every block then has the same leading spatial axes, which the schedule fuses into one
     row loop, and accesses index them all, in order.
 
+    A reduction may keep its reduced dimension (``mean(-1, keepdim=True)``, as a group norm
+    over a reshape takes it): a loop of extent 1 between its rows and its columns, which
+    the schedule fuses into the rows (:attr:`RowBlock.kept`).
+
     A map over the rows and a unit column (extents ``[*rows, 1]``: a per-row mask cast
     and negated, as ``torch.where`` over an attention mask exports) is not a stage: it
     is inlined into its readers (:attr:`RowNest.row_maps`), which then read its inputs,
@@ -306,10 +313,20 @@ def analyze_row_prim_func(func) -> RowNest:
                 f"block {block.name_hint} is not a map over rows and columns nor a per-row "
                 f"reduction (axes {kinds})"
             )
-        extents.add(tuple(int(iv.dom.extent) for iv in block.iter_vars))
-        *rows, col = (iv.var for iv in block.iter_vars)
         wrote = block.writes[0].source
-        want = len(rows) if kinds[-1] == "R" else len(rows) + 1
+        iter_vars = list(block.iter_vars)
+        kept = (
+            kinds[-1] == "R"
+            and len(kinds) > 2
+            and int(iter_vars[-2].dom.extent) == 1
+            and len(wrote.shape) == len(iter_vars) - 1
+            and int(wrote.shape[-1]) == 1
+        )
+        if kept:  # [*rows, 1]: the reduced dimension kept, one value per row
+            del iter_vars[-2]
+        extents.add(tuple(int(iv.dom.extent) for iv in iter_vars))
+        *rows, col = (iv.var for iv in iter_vars)
+        want = len(rows) + (kinds[-1] == "S" or kept)
         if len(wrote.shape) != want:
             raise ScheduleError(
                 f"block {block.name_hint} writes {wrote.name} of rank {len(wrote.shape)}"
@@ -337,6 +354,7 @@ def analyze_row_prim_func(func) -> RowNest:
                 kind="reduce" if kinds[-1] == "R" else "map",
                 reads=tuple(reads),
                 output=wrote.name not in allocated,
+                kept=kept,
             )
         )
     if len(extents) != 1:

@@ -51,11 +51,10 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
     for block in nest.blocks:
         if space.inlined(config, block.name):
             sch.compute_inline(sch.get_sblock(block.name))
-    if nest.row_axes > 1:  # several leading axes are the rows: one row loop per block
-        for block in nest.blocks:
-            if not space.inlined(config, block.name):
-                loops = sch.get_loops(sch.get_sblock(block.name))
-                sch.fuse(*loops[: nest.row_axes])
+    for block in nest.blocks:  # several leading axes are the rows: one row loop per block
+        lead = nest.row_axes + block.kept  # a kept reduced dimension joins the rows
+        if lead > 1 and not space.inlined(config, block.name):
+            sch.fuse(*sch.get_loops(sch.get_sblock(block.name))[:lead])
     llvm = space.target == "llvm"
     mode = "item" if llvm or space.elementwise else config["reduce"]
     vec = int(config["vec"])
@@ -70,10 +69,11 @@ def apply_rowwise(sch, space: RowSpace, config: Config) -> None:
             roots[kernel.root] = sch.cache_write(block, 0, "local")
         else:
             roots[kernel.root] = block
-    if nest.row_axes > 1:  # a reduction root's write-back block has all the row axes
-        for name, rv in roots.items():
-            if nest.block(name).kind == "reduce":
-                sch.fuse(*sch.get_loops(rv)[: nest.row_axes])
+    for name, rv in roots.items():  # a reduction root's write-back block has every row axis
+        block = nest.block(name)
+        lead = nest.row_axes + block.kept
+        if block.kind == "reduce" and lead > 1:
+            sch.fuse(*sch.get_loops(rv)[:lead])
     # Columns past the row's last whole vector: a vector tail (item mode and llvm; the
     # space gives group mode widths that divide the columns).
     tail = 0 if mode == "group" else nest.cols % vec
