@@ -550,17 +550,48 @@ def _centred(shape: tuple[int, ...]):
     return FusedFunc.of(te.create_prim_func([x, out]), "centred")
 
 
+def _normalised(shape: tuple[int, ...]):
+    """A group norm's statistics as a model's fused function has them: every sum keeps
+    its dimension, and the variance's scale and ``rsqrt`` are maps over ``[*rows, 1]``
+    that read it (per-row values of a stage, not of the inputs)."""
+    from tvm import te, topi
+
+    from autosched.ops.fused import FusedFunc
+
+    n = shape[-1]
+    x = te.placeholder(shape, "float32", name="x")
+    k = te.reduce_axis((0, n), name="k")
+    total = te.compute((*shape[:-1], 1), lambda *i: te.sum(x(*i[:-1], k), axis=k), name="x_red")
+    dev = te.compute(shape, lambda *i: x(*i) - total(*i[:-1], 0) / n, name="centred")
+    j = te.reduce_axis((0, n), name="j")
+    sq = te.compute(
+        (*shape[:-1], 1), lambda *i: te.sum(dev(*i[:-1], j) * dev(*i[:-1], j), axis=j), name="sq"
+    )
+    var = te.compute(sq.shape, lambda *i: sq(*i) / n + 1e-5, name="add")
+    rstd = te.compute(sq.shape, lambda *i: topi.rsqrt(var)(*i), name="rsqrt")
+    out = te.compute(shape, lambda *i: dev(*i) * rstd(*i[:-1], 0), name="normalised")
+    return FusedFunc.of(te.create_prim_func([x, out]), "normalised")
+
+
 @pytest.mark.parametrize("target", ["opencl", "llvm"])
-@pytest.mark.parametrize("shape", [(2, 4, 144), (37, 50)])
-def test_a_reduction_that_keeps_its_dimension_is_row_wise(device, cpu, workers, shape, target):
-    """Its unit loop joins the rows: before, the nest was refused (and, taken for a
+@pytest.mark.parametrize(
+    "shape,make", [((2, 4, 144), _centred), ((37, 50), _centred), ((2, 4, 72), _normalised)]
+)
+def test_a_reduction_that_keeps_its_dimension_is_row_wise(
+    device, cpu, workers, shape, make, target
+):
+    """Its unit loop joins the rows, and maps over ``[*rows, 1]`` that read it are
+    inlined where they are read: before, the nest was refused (and, taken for a
     contraction, its default schedule failed); the default and sampled configs compute
     the reference on both targets."""
-    wl = _centred(shape)
+    wl = make(shape)
     assert classify(wl) == "rowwise"
     nest = analyze_row_prim_func(wl.prim_func())
     assert (nest.rows, nest.cols) == (math.prod(shape[:-1]), shape[-1])
-    assert [b.kept for b in nest.blocks] == [True, False]
+    kept = [b for b in nest.blocks if b.kept]
+    assert len(kept) == (1 if make is _centred else 2) and all(b.kind == "reduce" for b in kept)
+    if make is _normalised:
+        assert len(nest.row_maps) == 2 and nest.row_map_inputs == ()
     space = make_space(wl, target=target, limits=cpu.limits if target == "llvm" else LIMITS)
     rng = np.random.default_rng(len(shape))
     configs = [space.default(), *[c for c in space.sample(rng, 40) if space.check(c) is None][:4]]

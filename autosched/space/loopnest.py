@@ -373,15 +373,25 @@ def analyze_row_prim_func(func) -> RowNest:
         inputs=tuple(inputs.items()),
         row_axes=len(row_extents),
         row_maps=tuple(row_maps),
-        row_map_inputs=tuple(dict.fromkeys(n for srcs in row_maps.values() for n in srcs)),
+        row_map_inputs=tuple(
+            dict.fromkeys(n for srcs in row_maps.values() for n in srcs if n not in writer.values())
+        ),
     )
 
 
 def _row_maps(blocks, allocated: set[str], writer: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """The maps over the rows and a unit column whose results stay in the function,
-    each with the parameters it reads (through the others), in compute order;
-    ``writer``: the block that writes each buffer."""
+    each with what it reads (through the others), in compute order: parameters, and
+    stages with one value per row (a reduction that kept its dimension: a group norm's
+    variance, then its ``rsqrt``); ``writer``: the block that writes each buffer."""
     out: dict[str, tuple[str, ...]] = {}
+    per_row = {  # stages with one value per row: reductions that keep their dimension
+        b.name_hint
+        for b in blocks
+        if len(b.writes) == 1
+        and int(b.writes[0].source.shape[-1]) == 1
+        and any(int(iv.iter_type) == 2 for iv in b.iter_vars)
+    }
     for block in blocks:
         extents = [int(iv.dom.extent) for iv in block.iter_vars]
         wrote = block.writes[0].source if len(block.writes) == 1 else None
@@ -397,9 +407,14 @@ def _row_maps(blocks, allocated: set[str], writer: dict[str, str]) -> dict[str, 
         sources: list[str] = []
         for region in block.reads:
             name = writer.get(region.source.name)
-            if name is not None and name not in out:
-                break  # reads a stage: not a map of the inputs alone
-            sources.extend(out[name] if name is not None else (region.source.name,))
+            if name is None:  # a parameter
+                sources.append(region.source.name)
+            elif name in out:
+                sources.extend(out[name])
+            elif name in per_row:  # a variance's sum of squares, before its rsqrt
+                sources.append(name)
+            else:
+                break  # reads a stage row by column: not a map of per-row values
         else:
             out[block.name_hint] = tuple(dict.fromkeys(sources))
     return out
