@@ -199,9 +199,9 @@ class Tuner:
         self.run_id = uuid.uuid4().hex[:12]
         self.worker_name = f"{socket.gethostname()}:{os.getpid()}"  # who measured, per record
         rng = np.random.default_rng([seed, 0x5EED])
-        inputs = workload.make_inputs(rng)
+        inputs, expected = workload.test_data(rng)
         rtol, atol = workload.tolerance()
-        self.data = TestData(workload.key, inputs, workload.reference(inputs), rtol, atol)
+        self.data = TestData(workload.key, inputs, expected, rtol, atol)
         self.timeout_s = timeout_s
         self._owns = (worker is None, builders is None)
         self.worker = worker or MeasureWorker(device, timeout_s=timeout_s)

@@ -162,6 +162,23 @@ def test_a_mean_with_a_kept_dimension_is_no_contraction_and_every_task_builds(ho
     assert "cannot schedule" not in caplog.text
 
 
+def test_an_onnx_layer_norm_made_of_reductions_is_tuned_row_wise(host, tmp_path):
+    """An ONNX file of opset 13 (no LayerNormalization op: ReduceMean with keepdims, Sub,
+    Pow, ReduceMean, Add, Sqrt, Div, as most exported transformers have it): its mean
+    and variance tasks are row-wise and every task builds (`autosched model tasks` failed
+    on it in TVM's scheduler)."""
+    from autosched.models import load_model, zoo
+
+    module, example = zoo.tiny_bert_layer()
+    path = tmp_path / "bert13.onnx"
+    torch.onnx.export(module.eval(), example, str(path), opset_version=13, dynamo=False)
+    tasks = extract_tasks(load_model(str(path)).mod, limits=host.limits)
+    means = [t for t in tasks if "mean" in t.name]
+    assert len(means) == 2 and all(t.family == "rowwise" for t in means), means
+    for task in tasks:
+        assert default_latency_ms(task, device=host, repeats=1) > 0
+
+
 def test_bert_layer_tasks_share_keys_and_weights(bert, host):
     mod, _, _ = bert
     tasks = extract_tasks(mod, limits=host.limits)

@@ -602,6 +602,31 @@ def test_a_reduction_that_keeps_its_dimension_is_row_wise(
         assert outcome.status == "ok", (config, outcome.error)
 
 
+def test_a_function_whose_reference_is_not_finite_on_the_usual_inputs_is_still_checked(
+    tmp_path,
+):
+    """A model's function that takes the square root of an input (a variance computed in
+    another function, as an ONNX layer norm has it): on inputs in [-1, 1) half its
+    reference is NaN and every config read as a wrong result; its test data moves to
+    [0.5, 1.5), its reference is finite, and a short tune measures every config."""
+    from tvm import te
+
+    from autosched.ops.fused import FusedFunc
+
+    x = te.placeholder((16, 40), "float32", name="x")
+    var = te.placeholder((16, 1), "float32", name="var")
+    out = te.compute(x.shape, lambda i, j: x[i, j] / te.sqrt(var[i, 0] + 1e-5), name="scaled")
+    wl = FusedFunc.of(te.create_prim_func([x, var, out]), "scaled")
+    usual = wl.make_inputs(np.random.default_rng(0))
+    assert not np.isfinite(wl.reference(usual)[next(iter(wl.reference(usual)))]).all()
+    inputs, expected = wl.test_data(np.random.default_rng(0))
+    assert all(np.isfinite(a).all() for a in expected.values())
+    assert min(a.min() for a in inputs.values()) >= 0.5
+    result = autosched.tune(wl, trials=8, batch=4, target="llvm", db=tmp_path / "r.db", timing=FAST)
+    assert result.best is not None
+    assert all(r.ok for r in result.history), [r.error for r in result.history if not r.ok]
+
+
 # -- tuning -----------------------------------------------------------------------------
 
 TUNE = {

@@ -136,6 +136,26 @@ class Workload:
         return 1e-4, 1e-4
 
     # -- derived ----------------------------------------------------------------------
+    def test_data(
+        self, rng: np.random.Generator
+    ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Inputs and their expected outputs, to check a kernel against: the inputs of
+        :meth:`make_inputs`, or, where the outputs are not all finite with those, the same
+        draw with its floats moved to [0.5, 1.5). A model's function may take the square
+        root of an input that is a variance in the model (an ONNX layer norm's ``Sqrt``
+        after ``ReduceMean``): on inputs in [-1, 1) half its reference was NaN, and every
+        config read as a wrong result, NaN against NaN."""
+        inputs = self.make_inputs(rng)
+        expected = self.reference(inputs)
+        if _finite(expected):
+            return inputs, expected
+        moved = {
+            name: (a * 0.5 + 1.0).astype(a.dtype) if a.dtype.kind == "f" else a
+            for name, a in inputs.items()
+        }
+        again = self.reference(moved)
+        return (moved, again) if _finite(again) else (inputs, expected)
+
     def prim_func(self, *, scratch: Iterable[str] = ()) -> Any:
         """The unscheduled ``tvm.tirx.PrimFunc`` the spaces read and schedule: TE's
         ``create_prim_func`` of :meth:`stages` (inputs, outputs, then the intermediates
@@ -164,3 +184,7 @@ class Workload:
 
 def _spec(t: te.Tensor, role: str) -> TensorSpec:
     return TensorSpec(t.op.name, tuple(int(d) for d in t.shape), str(t.dtype), role)
+
+
+def _finite(outputs: dict[str, np.ndarray]) -> bool:
+    return all(np.isfinite(a).all() for a in outputs.values() if a.dtype.kind in "fc")
