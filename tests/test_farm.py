@@ -235,6 +235,15 @@ def _worker(tmp_path: Path, address: str, target: str, name: str) -> subprocess.
     return _spawn([sys.executable, "-m", "autosched", *args], tmp_path / f"{name}.log")
 
 
+def _farm_job(job: Path, address: str, db: Path, out: Path) -> subprocess.Popen:
+    """``autosched job run`` on the farm at ``address``, its output piped."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "autosched", "job", "run", str(job), "--scheduler", address,
+         "--db", str(db), "--json", str(out)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def _group_alive(proc: subprocess.Popen) -> bool:
     try:
         os.killpg(proc.pid, 0)
@@ -300,11 +309,7 @@ def test_a_farm_job_survives_a_worker_killed_mid_batch(tmp_path, farm):
     job.write_text(JOB.format(trials=12) + THIRD_TASK)  # three [[tasks]], four pairs
     db = tmp_path / "records.db"
     out = tmp_path / "result.json"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "autosched", "job", "run", str(job), "--scheduler", address,
-         "--db", str(db), "--json", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    run = _farm_job(job, address, db, out)
     # Once the OpenCL worker has delivered a batch, it is busy with the next: kill it,
     # nanny, worker process and measurement child together, and bring up a new one.
     deadline = time.time() + 240
@@ -683,11 +688,7 @@ def test_a_worker_whose_device_breaks_stops_taking_its_batches_and_the_others_fi
     )
     db = tmp_path / "records.db"
     out = tmp_path / "result.json"
-    run = subprocess.Popen(
-        [sys.executable, "-m", "autosched", "job", "run", str(job), "--scheduler", address,
-         "--db", str(db), "--json", str(out)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    run = _farm_job(job, address, db, out)
     broke = False
     try:
         deadline = time.time() + 300
