@@ -315,13 +315,7 @@ def analyze_row_prim_func(func) -> RowNest:
             )
         wrote = block.writes[0].source
         iter_vars = list(block.iter_vars)
-        kept = (
-            kinds[-1] == "R"
-            and len(kinds) > 2
-            and int(iter_vars[-2].dom.extent) == 1
-            and len(wrote.shape) == len(iter_vars) - 1
-            and int(wrote.shape[-1]) == 1
-        )
+        kept = _keeps_dimension(block)
         if kept:  # [*rows, 1]: the reduced dimension kept, one value per row
             del iter_vars[-2]
         extents.add(tuple(int(iv.dom.extent) for iv in iter_vars))
@@ -379,19 +373,29 @@ def analyze_row_prim_func(func) -> RowNest:
     )
 
 
+def _keeps_dimension(block) -> bool:
+    """Whether ``block`` reduces its last axis and keeps it (``keepdim``): a loop of extent
+    1 between its rows and the reduced axis, its result ``[*rows, 1]``."""
+    ivs = block.iter_vars
+    if len(ivs) <= 2 or len(block.writes) != 1:
+        return False
+    shape = block.writes[0].source.shape
+    return (
+        int(ivs[-1].iter_type) == 2
+        and all(int(iv.iter_type) == 0 for iv in ivs[:-1])
+        and int(ivs[-2].dom.extent) == 1
+        and len(shape) == len(ivs) - 1
+        and int(shape[-1]) == 1
+    )
+
+
 def _row_maps(blocks, allocated: set[str], writer: dict[str, str]) -> dict[str, tuple[str, ...]]:
     """The maps over the rows and a unit column whose results stay in the function,
     each with what it reads (through the others), in compute order: parameters, and
     stages with one value per row (a reduction that kept its dimension: a group norm's
     variance, then its ``rsqrt``); ``writer``: the block that writes each buffer."""
     out: dict[str, tuple[str, ...]] = {}
-    per_row = {  # stages with one value per row: reductions that keep their dimension
-        b.name_hint
-        for b in blocks
-        if len(b.writes) == 1
-        and int(b.writes[0].source.shape[-1]) == 1
-        and any(int(iv.iter_type) == 2 for iv in b.iter_vars)
-    }
+    per_row = {b.name_hint for b in blocks if _keeps_dimension(b)}  # one value per row
     for block in blocks:
         extents = [int(iv.dom.extent) for iv in block.iter_vars]
         wrote = block.writes[0].source if len(block.writes) == 1 else None
