@@ -10,15 +10,15 @@ import numpy as np
 
 from autosched.errors import InvalidInputError
 from autosched.models.model import Model, check_overrides, main_inputs, prepare
+from autosched.models.onnx_recurrent import unroll_recurrent
 
 ACCEPTED = "an ONNX model file (.onnx) as onnx.save or torch.onnx.export write it"
 
 
 def load_onnx(path: Path, *, inputs: Mapping[str, tuple[int, ...]] | None = None) -> Model:
     """Import the ONNX model at ``path``; ``inputs`` sets the shapes of named inputs."""
-    proto = _read(path)
-    graph = proto.graph
-    _check_ops(graph, path)
+    original = _read(path)
+    graph = original.graph
     initialised = {init.name for init in graph.initializer}
     graph_inputs = [value for value in graph.input if value.name not in initialised]
     overrides = dict(inputs or {})
@@ -31,6 +31,8 @@ def load_onnx(path: Path, *, inputs: Mapping[str, tuple[int, ...]] | None = None
 
     from tvm.relax.frontend.onnx import from_onnx
 
+    proto = unroll_recurrent(original, shapes, source=str(path))
+    _check_ops(proto.graph, path)
     try:
         mod = from_onnx(proto, shape_dict=shapes, dtype_dict=dtypes)
     except InvalidInputError:
@@ -44,7 +46,7 @@ def load_onnx(path: Path, *, inputs: Mapping[str, tuple[int, ...]] | None = None
     # The frontend may rename inputs into valid identifiers; its parameters keep the
     # graph's order, so the onnxruntime feed maps by position.
     feed_names = {spec.name: value.name for spec, value in zip(specs, graph_inputs)}
-    model_bytes = proto.SerializeToString()
+    model_bytes = original.SerializeToString()  # onnxruntime runs the file as it is
     return Model(
         name=path.stem,
         framework="onnx",
