@@ -221,3 +221,58 @@ def test_weights_computed_in_the_graph_are_refused_on_the_cli(tmp_path):
     assert "GRU node 'layer'" in lines[0] and "W 'W_neg' computed in the graph" in lines[0]
     assert "accepted: W as an initializer or a Constant node" in lines[0]
 
+
+# -- a step's weights are warm -----------------------------------------------------------
+
+
+def test_a_recurrent_step_is_timed_with_its_weights_warm_and_its_records_build(tmp_path, host):
+    """An LSTM's step runs once per step on the same recurrence weights, which stay in
+    the caches: its function is marked reused (part of its key) and timed warm where the
+    weights fit the device's largest cache, cold where they do not; a transformer's
+    functions (each layer's weights read once) are not marked. Tuned, its records are
+    what the build applies, and the build matches onnxruntime."""
+    import dataclasses
+
+    import autosched.tvm
+    from autosched.measure.build import build
+    from autosched.measure.runner import TimingOptions
+    from autosched.ops import workload_from_json
+    from autosched.ops.fused import FusedFunc
+    from autosched.records.sqlite import SQLiteDatabase
+    from autosched.space.select import make_space
+    from autosched.tuning.model import tune_tasks
+    from autosched.tuning.runner import LocalRunner
+    from autosched.tvm.tasks import extract_tasks
+
+    module, example = zoo.tiny_lstm()
+    model = load_model(str(zoo.export_onnx(module, example, tmp_path / "lstm.onnx")))
+    tasks = extract_tasks(model.mod, limits=host.limits)
+    steps = [t for t in tasks if t.family == "contraction" and t.workload.reused]
+    assert len(steps) == 1 and steps[0].weight == 2 * (example[0].shape[1] - 1), tasks
+    step = steps[0].workload
+    assert workload_from_json(step.to_json()) == step
+    assert FusedFunc(step.script).key != step.key  # unmarked, it is another workload
+    space = make_space(step, target="llvm", limits=host.limits)
+    assert host.limits.cache_bytes and not build(space, space.default()).flush
+    small = dataclasses.replace(host.limits, cache_bytes=(1024,))
+    assert step.flush_operands(small) and FusedFunc(step.script).flush_operands(host.limits)
+    gpt2_tasks = extract_tasks(
+        load_model(f"{zoo.__file__}:tiny_gpt2_block").mod, limits=host.limits
+    )
+    assert not any(t.workload.reused for t in gpt2_tasks)
+
+    db = SQLiteDatabase(tmp_path / "lstm.db")
+    tunable = [t for t in tasks if t.family is not None]
+    runner = LocalRunner(host, "llvm", timing=TimingOptions(min_time_s=0.005), keep=len(tunable))
+    try:
+        tune_tasks(
+            tunable, runner, db, name="lstm", target="llvm", trials=2 * len(tunable), batch=2
+        )
+    finally:
+        runner.close()
+    built = autosched.tvm.build(model.mod, "llvm", db=db, shipped=False)
+    applied = {a.function: a.provenance for a in built.applied}
+    assert applied[steps[0].name] == "exact", applied
+    arrays = model.example_inputs(np.random.default_rng(0))
+    (want,) = model.reference(arrays)
+    np.testing.assert_allclose(built(*arrays.values()), want, rtol=1e-4, atol=1e-5)

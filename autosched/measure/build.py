@@ -136,7 +136,7 @@ def _build_cpu(space: Space, config: Config) -> CpuProgram:
         entry="main",
         tensors=tuple(tensors),
         target=target,
-        flush=space.workload.cold_operands,
+        flush=space.workload.flush_operands(space.limits),
     )
 
 

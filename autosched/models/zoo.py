@@ -157,6 +157,19 @@ class ViT(nn.Module):
         return self.head(self.norm(self.encoder(y))[:, 0])
 
 
+class LstmEncoder(nn.Module):
+    """A speech- or text-style encoder: a stacked LSTM over the sequence, a linear head
+    on every step (batch first)."""
+
+    def __init__(self, *, features: int, hidden: int, layers: int, classes: int) -> None:
+        super().__init__()
+        self.lstm = nn.LSTM(features, hidden, num_layers=layers, batch_first=True)
+        self.head = nn.Linear(hidden, classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.lstm(x)[0])
+
+
 def _randomise_norms(module: nn.Module, gen: torch.Generator) -> None:
     """Give batch-norm statistics and affine parameters non-trivial values, so folding them
     is tested (fresh ones are the identity)."""
@@ -225,6 +238,23 @@ def build_vit(
     return model.eval(), (torch.randn(batch, 3, image, image, generator=gen),)
 
 
+def build_lstm(
+    *,
+    seed: int,
+    steps: int = 32,
+    features: int = 80,
+    hidden: int = 256,
+    layers: int = 2,
+    classes: int = 32,
+    batch: int = 1,
+) -> Built:
+    """An LSTM encoder with random weights; input ``batch x steps x features``."""
+    torch.manual_seed(seed)
+    model = LstmEncoder(features=features, hidden=hidden, layers=layers, classes=classes)
+    gen = torch.Generator().manual_seed(seed)
+    return model.eval(), (torch.randn(batch, steps, features, generator=gen),)
+
+
 # Factories (``zoo.py:NAME``): the benchmark's sizes and tiny ones for tests.
 def resnet18() -> Built:
     return build_resnet18(seed=0)
@@ -256,6 +286,14 @@ def vit() -> Built:
 
 def tiny_vit() -> Built:
     return build_vit(seed=0, image=32, patch=8, hidden=64, heads=4, depth=2, classes=10)
+
+
+def lstm() -> Built:
+    return build_lstm(seed=0)
+
+
+def tiny_lstm() -> Built:
+    return build_lstm(seed=0, steps=6, features=12, hidden=16, classes=4)
 
 
 def export_onnx(module: nn.Module, example: tuple[torch.Tensor, ...], path: str | Path) -> Path:

@@ -54,7 +54,12 @@ def workload(op: str, **params: Any) -> Workload:
 def workload_from_json(data: dict[str, Any]) -> Workload:
     """Inverse of ``Workload.to_json()``."""
     if data.get("op") == FusedFunc.op:
-        return FusedFunc(data["params"]["script"], dtype=data.get("dtype", "float32"))
+        params = data["params"]
+        return FusedFunc(
+            params["script"],
+            dtype=data.get("dtype", "float32"),
+            reused=bool(params.get("reused", False)),
+        )
     return workload(data["op"], **data["params"], dtype=data.get("dtype", "float32"))
 
 

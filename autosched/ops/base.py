@@ -70,6 +70,12 @@ class Workload:
     # model's weights), so a timing flushes them from the CPU caches first (llvm).
     cold_operands: bool = False
 
+    def flush_operands(self, limits: Any) -> bool:
+        """Whether a timing on a device of ``limits`` flushes the arguments after the
+        first from the CPU caches (:attr:`cold_operands`; a fused function of a model
+        may say otherwise for its device)."""
+        return self.cold_operands
+
     def __init__(self, params: dict[str, Any], *, dtype: str = "float32") -> None:
         if dtype != "float32":
             raise InvalidInputError(f"dtype {dtype!r} is not supported; accepted: float32")

@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _KEPT_ATTRS = ("tirx.noalias", "s_tir")
+# A fused function that one model run calls several times on the same constant weights
+# (autosched.tvm.tasks.mark_reused_operands).
+REUSED_ATTR = "autosched.reused_operands"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -161,25 +164,57 @@ class FusedFunc(Workload):
     # In a model run its first argument is the activation the previous function just
     # wrote; its weights (the arguments after it, by Relax's calling order) come from
     # memory: timed with warm caches, a weight-heavy function looks up to 1.5x faster
-    # than it runs, and the search ranks its configs by the wrong cost.
+    # than it runs, and the search ranks its configs by the wrong cost. Unless the run
+    # calls it again and again on the same weights (``reused``, see flush_operands).
     cold_operands = True
     shape_params = ("name", "script")
 
-    def __init__(self, script: str, *, name: str = "fused", dtype: str = "float32") -> None:
+    def __init__(
+        self, script: str, *, name: str = "fused", dtype: str = "float32", reused: bool = False
+    ) -> None:
         if not isinstance(name, str) or not isinstance(script, str) or "def main" not in script:
             raise InvalidInputError(
                 "a fused workload needs a script (normalised TVMScript with a main) and a name"
             )
-        super().__init__({"name": name, "script": script}, dtype=dtype)
+        params = {"name": name, "script": script}
+        if reused:
+            params["reused"] = True
+        super().__init__(params, dtype=dtype)
+
+    @property
+    def reused(self) -> bool:
+        """Whether one model run calls it on the same weights several times (a recurrent
+        layer's step: :func:`autosched.tvm.tasks.mark_reused_operands`)."""
+        return bool(self.params.get("reused"))
 
     @classmethod
     def of(cls, func: tvm.tirx.PrimFunc, name: str) -> FusedFunc:
         """The workload of ``func`` (any fused PrimFunc), shown as ``name``."""
-        return cls(normalize(func), name=name)
+        reused = bool(func.attrs and func.attrs.get(REUSED_ATTR))
+        return cls(normalize(func), name=name, reused=reused)
 
     def to_json(self) -> dict[str, Any]:
         # The display name is not part of the computation: the key must not depend on it.
-        return {"op": self.op, "params": {"script": self.script}, "dtype": self.dtype}
+        # Nor does "reused" change it where it is not set (the keys from before it stand).
+        params: dict[str, Any] = {"script": self.script}
+        if self.reused:
+            params["reused"] = True
+        return {"op": self.op, "params": params, "dtype": self.dtype}
+
+    def flush_operands(self, limits: Any) -> bool:
+        """Cold, as a model run reads its weights, except where the run calls it on the
+        same weights again and again and they fit in the device's largest cache (a
+        recurrent layer's step and its recurrence weights, read once per step: timed
+        cold, the LSTM step's best config ran 3.2x slower warm than the best warm one)."""
+        caches = getattr(limits, "cache_bytes", ()) or ()
+        if not self.reused or not caches:
+            return True
+        weights = sum(
+            math.prod(t.shape) * np.dtype(t.dtype).itemsize
+            for t in self.tensor_specs()[1:]
+            if t.role == "input"
+        )
+        return weights > max(caches)
 
     def __repr__(self) -> str:
         return f"fused({self.params['name']})"

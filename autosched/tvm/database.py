@@ -95,7 +95,8 @@ class RecordsDatabase:
         digest = tvm_ffi.structural_hash(func)
         if digest not in self._workloads:
             self._workloads[digest] = FusedFunc.of(func, name)
-        return FusedFunc(self._workloads[digest].script, name=name)
+        known = self._workloads[digest]
+        return FusedFunc(known.script, name=name, reused=known.reused)
 
     def _space(self, wl: FusedFunc) -> Any:
         if wl.key not in self._spaces:

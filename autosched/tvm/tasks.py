@@ -76,7 +76,7 @@ def fuse(mod: Any, *, winograd: Callable[[Any], bool] | None = None) -> Any:
         from autosched.tvm.winograd import rewrite
 
         mod = rewrite(mod, select=winograd)
-    return tvm.transform.Sequential(
+    fused = tvm.transform.Sequential(
         [
             relax.transform.FuseTransposeMatmul(),
             relax.transform.LegalizeOps(),
@@ -86,6 +86,44 @@ def fuse(mod: Any, *, winograd: Callable[[Any], bool] | None = None) -> Any:
             relax.transform.FuseTIR(),
         ]
     )(mod)
+    return mark_reused_operands(fused)
+
+
+def mark_reused_operands(mod: Any) -> Any:
+    """``mod`` with :data:`~autosched.ops.fused.REUSED_ATTR` set on each PrimFunc that
+    ``main`` calls at least twice per distinct tuple of constant arguments (its weights):
+    a recurrent layer unrolled into steps calls its step on the same recurrence weights
+    once per step, where a transformer calls each layer's matmul once on that layer's
+    weights. Such a function's weights are warm in the caches when it runs (where they
+    fit: :meth:`~autosched.ops.fused.FusedFunc.flush_operands`), and it is timed so."""
+    from tvm import relax, tirx
+    from tvm.ir.expr import Constant
+
+    from autosched.ops.fused import REUSED_ATTR
+
+    calls: dict[Any, list[tuple]] = {}
+
+    def visit(expr) -> None:
+        if isinstance(expr, relax.Call) and expr.args:
+            callee = expr.args[0]
+            if isinstance(callee, relax.GlobalVar) and isinstance(mod[callee], tirx.PrimFunc):
+                args = (
+                    expr.args[1].fields
+                    if len(expr.args) > 1 and hasattr(expr.args[1], "fields")
+                    else ()
+                )
+                # By object: one initializer is one Constant, however often it is used.
+                weights = tuple(hash(a) for a in args if isinstance(a, Constant))
+                if weights:
+                    calls.setdefault(callee, []).append(weights)
+
+    relax.analysis.post_order_visit(mod["main"], visit)
+    reused = [gv for gv, seen in calls.items() if len(seen) >= 2 * len(set(seen))]
+    if not reused:
+        return mod
+    for gv in reused:  # ``mod`` is the fresh module fuse made
+        mod[gv] = mod[gv].with_attr(REUSED_ATTR, True)
+    return mod
 
 
 def call_counts(mod: Any) -> dict[str, int]:
@@ -264,7 +302,7 @@ def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> flo
     space's default config, or :func:`default_schedule` where no family covers it (llvm;
     TVM's runtime, the device's threads), the median of ``repeats`` calls, each after
     the arguments but the first are flushed from the caches (as in a model run, and as
-    the tuner times it: ``Workload.cold_operands``). Inputs are random in [-1, 1)."""
+    the tuner times it: ``Workload.flush_operands``). Inputs are random in [-1, 1)."""
     import numpy as np
     import tvm
     from tvm.s_tir import Schedule
@@ -287,8 +325,8 @@ def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> flo
         tvm.runtime.tensor(rng.uniform(-1, 1, t.shape).astype(t.dtype), dev)
         for t in wl.tensor_specs()
     ]
-    # As the tuner times a model's function: one call per sample, its weights flushed.
-    timer = lib.mod.time_evaluator(
-        "main", dev, number=1, repeat=repeats, f_preproc=FLUSH_ALL_BUT_FIRST
-    )
+    # As the tuner times a model's function: one call per sample, its weights flushed
+    # (unless the run reads them again and again: FusedFunc.flush_operands).
+    flush = FLUSH_ALL_BUT_FIRST if wl.flush_operands(device.limits) else ""
+    timer = lib.mod.time_evaluator("main", dev, number=1, repeat=repeats, f_preproc=flush)
     return float(np.median(timer(*args).results)) * 1e3
