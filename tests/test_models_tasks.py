@@ -430,7 +430,8 @@ def test_the_default_schedule_vectorises_a_pooling_window_across_channels(resnet
     from tvm.s_tir import Schedule
 
     mod, _, _ = resnet
-    limits = dataclasses.replace(host.limits, vector_lanes=lanes)
+    # No cache sizes: the small test pool would otherwise run on one thread.
+    limits = dataclasses.replace(host.limits, vector_lanes=lanes, cache_bytes=())
     pool = next(t for t in extract_tasks(mod, limits=limits) if t.name == "max_pool2d")
     wl = pool.workload
     sch = Schedule(wl.prim_func())
@@ -458,7 +459,7 @@ def test_the_default_schedule_parallelises_only_the_loops_that_feed_the_cores(re
 
     mod, _, _ = resnet
     for cores, parallel in ((1, 16), (16, 16 * 16), (64, 16 * 16 * 8)):
-        limits = dataclasses.replace(host.limits, cores=cores, vector_lanes=16)
+        limits = dataclasses.replace(host.limits, cores=cores, vector_lanes=16, cache_bytes=())
         task = next(t for t in extract_tasks(mod, limits=limits) if t.name == "transpose")
         sch = Schedule(task.workload.prim_func())
         default_schedule(sch, limits=limits)
@@ -467,6 +468,31 @@ def test_the_default_schedule_parallelises_only_the_loops_that_feed_the_cores(re
         assert loops[0].kind == tirx.ForKind.PARALLEL and int(loops[0].extent) == parallel
         assert all(lp.kind == tirx.ForKind.SERIAL for lp in loops[1:])
     _assert_runs_as_reference(sch, task.workload, seed=4)
+
+
+def test_the_default_schedule_runs_a_function_that_fits_in_l1_on_one_thread(resnet, host):
+    # The block's input transpose moves 16 KiB: on a CPU whose L1 holds that it runs on
+    # one thread (waking the runtime's threads costs more than the work); with a smaller
+    # L1 it is parallel; both give the reference's outputs.
+    import dataclasses
+
+    from tvm import tirx
+    from tvm.s_tir import Schedule
+
+    from autosched.tvm.tasks import argument_bytes
+
+    mod, _, _ = resnet
+    task = next(t for t in extract_tasks(mod, limits=host.limits) if t.name == "transpose")
+    size = argument_bytes(task.workload.prim_func())
+    assert size == 2 * 8 * 16 * 16 * 4
+    for l1, parallel in ((size, False), (size - 4, True)):
+        limits = dataclasses.replace(host.limits, cores=2, cache_bytes=(l1, 1 << 20))
+        sch = Schedule(task.workload.prim_func())
+        default_schedule(sch, limits=limits)
+        (block,) = sch.get_child_blocks(sch.get_sblock("root"))
+        kinds = [sch.get(lv).kind for lv in sch.get_loops(block)]
+        assert (tirx.ForKind.PARALLEL in kinds) == parallel, (l1, kinds)
+        _assert_runs_as_reference(sch, task.workload, seed=5)
 
 
 def test_the_default_schedule_inlines_a_pooling_window_s_padding(host):
