@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,9 @@ from autosched.ops.fused import FusedFunc, inline, parallel_leading
 from autosched.space.space import DeviceLimits, Space
 
 log = logging.getLogger(__name__)
+
+SPACES_KEPT = 256  # spaces space_of keeps per process (a model has tens of tasks)
+_SPACES: OrderedDict[tuple[str, str, DeviceLimits], Space | None] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -146,7 +150,21 @@ def call_counts(mod: Any) -> dict[str, int]:
 def space_of(workload: FusedFunc, *, target: str, limits: DeviceLimits) -> Space | None:
     """The space whose family fits ``workload``'s loop nest, or None when none does (or
     the family cannot schedule even its default config: the task is built as TVM would,
-    untuned, rather than failing the model)."""
+    untuned, rather than failing the model). Kept for the process (the last
+    :data:`SPACES_KEPT`): listing a model's tasks, timing their defaults and building
+    the model each ask for the same spaces."""
+    key = (workload.key, target, limits)
+    if key in _SPACES:
+        _SPACES.move_to_end(key)
+        return _SPACES[key]
+    space = _space_of(workload, target=target, limits=limits)
+    _SPACES[key] = space
+    while len(_SPACES) > SPACES_KEPT:
+        _SPACES.popitem(last=False)
+    return space
+
+
+def _space_of(workload: FusedFunc, *, target: str, limits: DeviceLimits) -> Space | None:
     from autosched.space.schedule import schedule
     from autosched.space.select import make_space
 
