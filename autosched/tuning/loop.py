@@ -216,7 +216,8 @@ def _run_job(
         failing.setdefault(kind, set()).add(pair.name)
         pair.dropped += 1
         limit = BROKEN_IN_A_ROW * peak.get(kind, 1)
-        if kind in broken or max(in_a_row[kind], pair.dropped) < limit:
+        count = max(in_a_row[kind], pair.dropped)  # the pair's own run may be the longer
+        if kind in broken or count < limit:
             return
         others = [
             p
@@ -226,7 +227,7 @@ def _run_job(
         if len(failing[kind]) >= 2 or not others:
             broken[kind] = (
                 f"{pair.task.target} device {pair.slot.name} ({kind}) measured nothing in "
-                f"{in_a_row[kind]} batches in a row: {why}"
+                f"{count} batches in a row: {why}"
             )
             log.error("%s; it is given up, and a rerun takes it up again", broken[kind])
         elif pair.dropped >= limit:
