@@ -276,3 +276,86 @@ def test_a_recurrent_step_is_timed_with_its_weights_warm_and_its_records_build(t
     arrays = model.example_inputs(np.random.default_rng(0))
     (want,) = model.reference(arrays)
     np.testing.assert_allclose(built(*arrays.values()), want, rtol=1e-4, atol=1e-5)
+
+
+# -- PyTorch's recurrent layers through torch.export -------------------------------------
+
+TORCH_FACTORIES = """
+import torch
+
+
+class Recurrent(torch.nn.Module):
+    def __init__(self, kind, **kw):
+        super().__init__()
+        self.layer = getattr(torch.nn, kind)(12, 16, **kw)
+
+    def forward(self, x):
+        out, state = self.layer(x)
+        return (out, *state) if isinstance(state, tuple) else (out, state)
+
+
+def make(kind, shape=(2, 5, 12), **kw):
+    torch.manual_seed(0)
+    return Recurrent(kind, **kw).eval(), (torch.randn(*shape),)
+
+
+def lstm_bidirectional():
+    return make("LSTM", num_layers=2, batch_first=True, bidirectional=True)
+
+
+def lstm_projected():
+    return make("LSTM", shape=(5, 2, 12), num_layers=2, proj_size=8)
+
+
+def lstm_without_bias():
+    return make("LSTM", bias=False, batch_first=True)
+
+
+def gru_bidirectional():
+    return make("GRU", num_layers=2, batch_first=True, bidirectional=True)
+
+
+def gru_without_bias():
+    return make("GRU", shape=(5, 2, 12), bias=False)
+
+
+def rnn_relu():
+    return make("RNN", nonlinearity="relu", num_layers=2, bidirectional=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        "lstm_bidirectional",
+        "lstm_projected",
+        "lstm_without_bias",
+        "gru_bidirectional",
+        "gru_without_bias",
+        "rnn_relu",
+    ],
+)
+def test_torch_recurrent_layers_match_eager(tmp_path, factory):
+    """nn.LSTM / GRU / RNN through torch.export with autosched's decompositions
+    (autosched.models.torch_recurrent): every output (the sequence, h_n, c_n) against
+    torch eager, over layers, directions, batch_first, proj_size, no bias, relu."""
+    source = tmp_path / "recurrent.py"
+    source.write_text(TORCH_FACTORIES)
+    assert_matches_reference(load_model(f"{source}:{factory}"))
+
+
+def test_a_torch_lstm_steps_on_one_copy_of_its_weights(host):
+    """torch.export's own LSTM decomposition transposed the recurrence weight at every
+    step (a folded copy per step, none reused) and cut each step's input out with a
+    call of its own; decomposed by autosched, the steps share one matmul task on one
+    constant (so it is marked reused and timed warm), with three functions per step
+    (the matmul, then the gates in two)."""
+    from autosched.tvm.tasks import extract_tasks
+
+    module, example = zoo.tiny_lstm()
+    steps = example[0].shape[1]
+    tasks = extract_tasks(load_model(f"{zoo.__file__}:tiny_lstm").mod, limits=host.limits)
+    per_step = [t for t in tasks if t.weight == 2 * (steps - 1)]  # 2 layers, step 0 apart
+    assert len(per_step) == 3, [(t.name, t.weight) for t in tasks]
+    (matmul,) = [t for t in per_step if t.family == "contraction"]
+    assert matmul.workload.reused

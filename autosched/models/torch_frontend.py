@@ -106,6 +106,19 @@ def load_exported(path: Path, *, inputs: Mapping[str, tuple[int, ...]] | None = 
     )
 
 
+def _decompositions() -> Any:
+    """torch.export's default decompositions, with the recurrent layers' own
+    (:mod:`autosched.models.torch_recurrent`)."""
+    import torch
+
+    from autosched.models.torch_recurrent import decompositions
+
+    table = torch.export.default_decompositions()
+    for op, fn in decompositions().items():
+        table[op] = fn
+    return table
+
+
 def _from_program(
     program: Any, name: str, *, reference: Any, source: str, ranges: dict[str, InputRange]
 ) -> Model:
@@ -114,7 +127,7 @@ def _from_program(
     from autosched.models.torch_decompose import rewrite
 
     with _quiet():
-        program = rewrite(program.run_decompositions())
+        program = rewrite(program.run_decompositions(_decompositions()))
     _check_ops(program, source)
     try:
         # Decomposed above already (what the default would do again).
