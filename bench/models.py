@@ -15,7 +15,9 @@ run by:
   (bench/models_autosched.py, always; bench/models_ms.py with ``--metaschedule``);
 - onnxruntime (the module exported to ONNX) and torch eager: ``Model.runtimes``.
 
-Every runner's outputs are checked against torch eager before its timings count. The
+Every runner's outputs are checked against torch eager before its timings count (with
+``--via onnx`` the factory's module is exported with ``torch.onnx.export`` and imported
+from that file, and the reference is onnxruntime on it). The
 runners are timed in interleaved rounds (the machine is shared: figures from one window
 are compared), all on the same number of threads, by default every usable core (``--threads``):
 TVM_NUM_THREADS is set before TVM is imported (its runtime otherwise takes half the
@@ -62,6 +64,7 @@ MODELS = {
     "bert": ("bert_layer", "tiny_bert_layer"),
     "gpt2": ("gpt2_block", "tiny_gpt2_block"),
     "vit": ("vit", "tiny_vit"),
+    "lstm": ("lstm", "tiny_lstm"),
 }
 TRIALS = (16, 32, 64)
 
@@ -100,7 +103,14 @@ def onnxruntime_runner(path: Path, inputs: Sequence[np.ndarray]) -> Runner:
 
 
 def bench_model(
-    key: str, *, tiny: bool, rounds: int, round_s: float, tolerance: float, trials: tuple[int, ...]
+    key: str,
+    *,
+    tiny: bool,
+    rounds: int,
+    round_s: float,
+    tolerance: float,
+    trials: tuple[int, ...],
+    via: str = "torch",
 ) -> dict:
     import tvm
 
@@ -108,10 +118,14 @@ def bench_model(
     from autosched.models import zoo
 
     factory = MODELS[key][1 if tiny else 0]
-    t0 = time.perf_counter()
-    model = load_model(f"{ZOO}:{factory}")
-    import_s = time.perf_counter() - t0
-    module, _ = getattr(zoo, factory)()
+    module, example = getattr(zoo, factory)()
+    with tempfile.TemporaryDirectory(prefix="bench-onnx-") as folder:
+        t0 = time.perf_counter()
+        if via == "onnx":  # the file torch.onnx.export writes, through the ONNX frontend
+            model = load_model(str(zoo.export_onnx(module, example, Path(folder) / "m.onnx")))
+        else:
+            model = load_model(f"{ZOO}:{factory}")
+        import_s = time.perf_counter() - t0
     arrays = model.example_inputs(np.random.default_rng(0))
     expected = model.reference(arrays)
 
@@ -177,8 +191,9 @@ def bench_model(
             row["build_s"] = build_s[name]
         rows[name] = row
     return {
-        "model": key,
+        "model": key if via == "torch" else f"{key}-{via}",
         "factory": f"autosched/models/zoo.py:{factory}",
+        "import": via,
         "inputs": {spec.name: list(spec.shape) for spec in model.inputs},
         "parameters": int(sum(p.numel() for p in module.parameters())),
         "import_s": import_s,
@@ -247,6 +262,13 @@ def main(
         help="keep the other models' entries of an existing --out (one model per run)",
     )
     parser.add_argument(
+        "--via",
+        choices=("torch", "onnx"),
+        default="torch",
+        help="import the factory through torch.export (default) or as the ONNX file "
+        "torch.onnx.export writes (its reference then onnxruntime)",
+    )
+    parser.add_argument(
         "--metaschedule",
         action="store_true",
         help="fill the MetaSchedule columns (bench/models_ms.py)",
@@ -284,6 +306,7 @@ def main(
                 round_s=args.round_s,
                 tolerance=args.tolerance,
                 trials=trials,
+                via=args.via,
             )
         )
     print_table(results)
