@@ -24,93 +24,19 @@ def decompositions() -> dict[Any, Any]:
 
     aten = torch.ops.aten
     return {
-        aten.lstm.input: _lstm,
-        aten.gru.input: _gru,
-        aten.rnn_tanh.input: _rnn_tanh,
-        aten.rnn_relu.input: _rnn_relu,
+        aten.lstm.input: _decomposition("lstm"),
+        aten.gru.input: _decomposition("gru"),
+        aten.rnn_tanh.input: _decomposition("tanh"),
+        aten.rnn_relu.input: _decomposition("relu"),
     }
 
 
-def _lstm(
-    x: Any,
-    hx: Any,
-    params: Any,
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> tuple[Any, Any, Any]:
-    h0, c0 = hx
-    # Per layer and direction: w_ih, w_hh, (b_ih, b_hh), (w_hr where proj_size > 0).
-    per = len(params) // (num_layers * (2 if bidirectional else 1))
-    projected = per == (5 if has_biases else 3)
+def _decomposition(kind: str) -> Any:
+    """The decomposition of ATen's ``kind`` layer: its signature is ATen's (``hx``: the
+    initial hidden state, with the cell state for an LSTM); it returns the output
+    sequence and each state's final values."""
 
-    def step(xt: Any, state: tuple[Any, Any], w: dict[str, Any]) -> tuple[Any, Any]:
-        import torch
-
-        h, c = state
-        i, f, g, o = _gates(torch.addmm(xt, h, w["hh"]), 4)
-        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
-        h = torch.sigmoid(o) * torch.tanh(c)
-        if projected:
-            h = torch.mm(h, w["hr"])
-        return h, c
-
-    out, finals = _layers(
-        x,
-        [h0, c0],
-        params,
-        has_biases,
-        num_layers,
-        bidirectional,
-        batch_first,
-        step,
-        projected=projected,
-    )
-    return out, finals[0], finals[1]
-
-
-def _gru(
-    x: Any,
-    hx: Any,
-    params: Any,
-    has_biases: bool,
-    num_layers: int,
-    dropout: float,
-    train: bool,
-    bidirectional: bool,
-    batch_first: bool,
-) -> tuple[Any, Any]:
-    def step(xt: Any, state: tuple[Any], w: dict[str, Any]) -> tuple[Any]:
-        import torch
-
-        (h,) = state
-        hh = torch.mm(h, w["hh"]) if w["b_hh"] is None else torch.addmm(w["b_hh"], h, w["hh"])
-        x_r, x_z, x_n = _gates(xt, 3)
-        h_r, h_z, h_n = _gates(hh, 3)
-        r = torch.sigmoid(x_r + h_r)
-        z = torch.sigmoid(x_z + h_z)
-        n = torch.tanh(x_n + r * h_n)
-        return (n + z * (h - n),)  # (1 - z) * n + z * h
-
-    out, finals = _layers(
-        x,
-        [hx],
-        params,
-        has_biases,
-        num_layers,
-        bidirectional,
-        batch_first,
-        step,
-        hh_bias_inside=True,
-    )
-    return out, finals[0]
-
-
-def _rnn(activation: str) -> Any:
-    def rnn(
+    def layer(
         x: Any,
         hx: Any,
         params: Any,
@@ -120,24 +46,62 @@ def _rnn(activation: str) -> Any:
         train: bool,
         bidirectional: bool,
         batch_first: bool,
-    ) -> tuple[Any, Any]:
+    ) -> tuple[Any, ...]:
+        states = list(hx) if kind == "lstm" else [hx]
+        # Per layer and direction: w_ih, w_hh, (b_ih, b_hh), (an LSTM's w_hr: proj_size).
+        per = len(params) // (num_layers * (2 if bidirectional else 1))
+        projected = kind == "lstm" and per == (5 if has_biases else 3)
+        step = {"lstm": _lstm_step, "gru": _gru_step}.get(kind, _rnn_step(kind))
+        out, finals = _layers(
+            x,
+            states,
+            params,
+            has_biases,
+            num_layers,
+            bidirectional,
+            batch_first,
+            step,
+            projected=projected,
+            hh_bias_inside=kind == "gru",
+        )
+        return (out, *finals)
+
+    return layer
+
+
+def _lstm_step(xt: Any, state: tuple[Any, ...], w: dict[str, Any]) -> tuple[Any, Any]:
+    import torch
+
+    h, c = state
+    i, f, g, o = _gates(torch.addmm(xt, h, w["hh"]), 4)
+    c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+    h = torch.sigmoid(o) * torch.tanh(c)
+    if "hr" in w:  # proj_size
+        h = torch.mm(h, w["hr"])
+    return h, c
+
+
+def _gru_step(xt: Any, state: tuple[Any, ...], w: dict[str, Any]) -> tuple[Any]:
+    import torch
+
+    (h,) = state
+    hh = torch.mm(h, w["hh"]) if w["b_hh"] is None else torch.addmm(w["b_hh"], h, w["hh"])
+    x_r, x_z, x_n = _gates(xt, 3)
+    h_r, h_z, h_n = _gates(hh, 3)
+    r = torch.sigmoid(x_r + h_r)
+    z = torch.sigmoid(x_z + h_z)
+    n = torch.tanh(x_n + r * h_n)
+    return (n + z * (h - n),)  # (1 - z) * n + z * h
+
+
+def _rnn_step(activation: str) -> Any:
+    def step(xt: Any, state: tuple[Any, ...], w: dict[str, Any]) -> tuple[Any]:
         import torch
 
         act = torch.tanh if activation == "tanh" else torch.relu
+        return (act(torch.addmm(xt, state[0], w["hh"])),)
 
-        def step(xt: Any, state: tuple[Any], w: dict[str, Any]) -> tuple[Any]:
-            return (act(torch.addmm(xt, state[0], w["hh"])),)
-
-        out, finals = _layers(
-            x, [hx], params, has_biases, num_layers, bidirectional, batch_first, step
-        )
-        return out, finals[0]
-
-    return rnn
-
-
-_rnn_tanh = _rnn("tanh")
-_rnn_relu = _rnn("relu")
+    return step
 
 
 def _gates(value: Any, count: int) -> list[Any]:
