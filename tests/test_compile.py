@@ -165,12 +165,17 @@ def test_nearest_shape_adapts_a_tuned_config_and_computes_correctly(tuned, devic
     _check_outputs(kernel, seed=3)
 
 
-def test_untuned_uses_the_default_schedule(tmp_path, device, caplog):
+def test_untuned_uses_the_spaces_untuned_config(tmp_path, device, caplog):
+    """No record: the space's untuned config, here (a CPU's OpenCL driver) its seed, the
+    register tile the device's properties suggest, not the default's scalar loops."""
     wl = autosched.workload("matmul", M=32, N=48, K=16, epilogue="bias")
     with caplog.at_level(logging.WARNING, logger="autosched.compiler"):
         kernel = compile(wl, db=_empty_db(tmp_path / "empty.db"), shipped=False)
     assert kernel.provenance == "untuned" and kernel.record is None
-    assert kernel.config == make_space(wl, limits=device.limits).default()
+    space = make_space(wl, limits=device.limits)
+    assert kernel.config == space.untuned()
+    if device.limits.is_cpu:
+        assert kernel.config == space.seeds()[0] != space.default()
     assert any("untuned" in r.getMessage() for r in caplog.records)
     _check_outputs(kernel)
 

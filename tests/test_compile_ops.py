@@ -71,7 +71,7 @@ def _compiles_untuned_and_from_a_record(tmp_path, wl, target: str) -> None:
     space = make_space(wl, target=target, limits=dev.limits)
 
     untuned = compile(wl, target=target, db=_db(tmp_path / "empty.db"), shipped=False)
-    assert untuned.provenance == "untuned" and untuned.config == space.default()
+    assert untuned.provenance == "untuned" and untuned.config == space.untuned()
     _check_outputs(untuned)
 
     config = _sampled(space, seed=len(wl.key))

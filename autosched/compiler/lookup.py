@@ -13,7 +13,8 @@ at the same step, never across steps):
    stride, padding, dilation, groups, reduction kind, elementwise chain) on this device
    family whose shape dimensions are nearest in log-shape space; its config is adapted
    to the new shapes (:func:`adapt_config`) and checked against this device;
-4. ``untuned``: ``Space.default()``.
+4. ``untuned``: ``Space.untuned()`` (a contraction's seed, from the device's
+   properties; the default elsewhere).
 
 Steps 2 to 4 log a warning: the kernel they give was not measured as it will run.
 Shipped records are the ``*.jsonl`` files of ``records/`` at the repository root,
@@ -195,10 +196,10 @@ def lookup_config(space: Space, *, device: Device | HostCPU, sources: Sequence[S
     log.info("%s: no tuned %s of the same options on this device family", wl, wl.op)
 
     log.warning(
-        "%s is untuned on this device: using the default schedule; run `autosched tune` for it",
+        "%s is untuned on this device: using an unmeasured schedule; run `autosched tune` for it",
         wl,
     )
-    return Lookup(space.default(), UNTUNED)
+    return Lookup(space.untuned(), UNTUNED)
 
 
 def _best_valid(space: Space, sources: Sequence[Source], **where: str) -> tuple[Record, str] | None:

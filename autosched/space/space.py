@@ -203,8 +203,14 @@ class Space:
         raise NotImplementedError
 
     def default(self) -> Config:
-        """The untuned schedule."""
+        """The plainest schedule: a tuning run's first trial, the baseline of its
+        speedups."""
         raise NotImplementedError
+
+    def untuned(self) -> Config:
+        """The config a build takes where no record of the workload is at hand: the
+        default, unless a family knows better from the device alone."""
+        return self.default()
 
     def describe(self, config: Config) -> dict[str, float]:
         """Derived quantities of a config: the cost model's hand-made features."""

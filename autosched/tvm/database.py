@@ -6,7 +6,7 @@ a model's tuning measured. :class:`RecordsDatabase` looks each one up by its key
 function normalised the same way), applies the best record's config with the space's
 own schedule code (:func:`autosched.space.schedule.apply`) and puts the scheduled
 function in place of the original. A function with a space family and no record gets
-the space's default schedule; one no family covers gets
+the space's untuned config (``Space.untuned``); one no family covers gets
 :func:`autosched.tvm.tasks.default_schedule` (llvm). Records tuned on a farm apply the
 same way: the key is the same on every machine.
 """
@@ -59,7 +59,7 @@ class RecordsDatabase:
         db: the user's records database (a Database or an existing SQLite path).
         shipped: also consult the shipped records.
         untuned: also schedule functions that have no record: with their space's
-            default config, or (llvm) the default schedule when no family covers them.
+            untuned config, or (llvm) the default schedule when no family covers them.
             Off: they are left to TVM (single-threaded loops on llvm).
         records: consult the databases at all. Off: the build is what ``untuned`` alone
             makes of the module (a baseline that no database, the user's default one
@@ -148,7 +148,7 @@ class RecordsDatabase:
             default_schedule(sch, limits=self.device.limits)
             self.applied.append(Applied(name, wl, FALLBACK, None, None))
             return _replacement(sch)
-        found = self._lookup(wl) if self.records else Lookup(space.default(), UNTUNED)
+        found = self._lookup(wl) if self.records else Lookup(space.untuned(), UNTUNED)
         if found.provenance == UNTUNED and not self.untuned:
             return None
         try:

@@ -334,7 +334,7 @@ def argument_bytes(func: Any) -> int:
 
 def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> float:
     """Milliseconds of one call of ``task``'s function as an untuned build runs it: its
-    space's default config, or :func:`default_schedule` where no family covers it (llvm;
+    space's untuned config (:meth:`~autosched.space.space.Space.untuned`), or :func:`default_schedule` where no family covers it (llvm;
     TVM's runtime, the device's threads), the median of ``repeats`` calls, each after
     the arguments but the first are flushed from the caches (as in a model run, and as
     the tuner times it: ``Workload.flush_operands``). Inputs are random in [-1, 1)."""
@@ -352,7 +352,7 @@ def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> flo
     if space is None:
         default_schedule(sch, limits=device.limits)
     else:
-        apply(sch, space, space.default())
+        apply(sch, space, space.untuned())
     lib = tvm.compile(sch.mod, target=tvm.target.Target(device.tvm_target()))
     rng = np.random.default_rng(0)
     dev = tvm.cpu()
