@@ -209,11 +209,7 @@ class FusedFunc(Workload):
         caches = getattr(limits, "cache_bytes", ()) or ()
         if not self.reused or not caches:
             return True
-        weights = sum(
-            math.prod(t.shape) * np.dtype(t.dtype).itemsize
-            for t in self.tensor_specs()[1:]
-            if t.role == "input"
-        )
+        weights = sum(t.nbytes for t in self.tensor_specs()[1:] if t.role == "input")
         return weights > max(caches)
 
     def __repr__(self) -> str:

@@ -86,7 +86,6 @@ class RecordsDatabase:
         # A build looks the same functions up more than once (choosing the convolutions'
         # forms builds the model twice): by structural hash and by workload key.
         self._workloads: dict[int, FusedFunc] = {}
-        self._spaces: dict[str, Any] = {}
         self._found: dict[str, Lookup] = {}
 
     def _workload(self, func: Any, name: str) -> FusedFunc:
@@ -99,9 +98,7 @@ class RecordsDatabase:
         return FusedFunc(known.script, name=name, reused=known.reused)
 
     def _space(self, wl: FusedFunc) -> Any:
-        if wl.key not in self._spaces:
-            self._spaces[wl.key] = space_of(wl, target=self.target, limits=self.device.limits)
-        return self._spaces[wl.key]
+        return space_of(wl, target=self.target, limits=self.device.limits)  # kept per process
 
     def _lookup(self, wl: FusedFunc) -> Lookup:
         if wl.key not in self._found:

@@ -101,50 +101,45 @@ def mark_reused_operands(mod: Any) -> Any:
     once per step, where a transformer calls each layer's matmul once on that layer's
     weights. Such a function's weights are warm in the caches when it runs (where they
     fit: :meth:`~autosched.ops.fused.FusedFunc.flush_operands`), and it is timed so."""
-    from tvm import relax, tirx
     from tvm.ir.expr import Constant
 
     from autosched.ops.fused import REUSED_ATTR
 
     calls: dict[Any, list[tuple]] = {}
-
-    def visit(expr) -> None:
-        if isinstance(expr, relax.Call) and expr.args:
-            callee = expr.args[0]
-            if isinstance(callee, relax.GlobalVar) and isinstance(mod[callee], tirx.PrimFunc):
-                args = (
-                    expr.args[1].fields
-                    if len(expr.args) > 1 and hasattr(expr.args[1], "fields")
-                    else ()
-                )
-                # By object: one initializer is one Constant, however often it is used.
-                weights = tuple(hash(a) for a in args if isinstance(a, Constant))
-                if weights:
-                    calls.setdefault(callee, []).append(weights)
-
-    relax.analysis.post_order_visit(mod["main"], visit)
-    reused = [gv for gv, seen in calls.items() if len(seen) >= 2 * len(set(seen))]
-    if not reused:
-        return mod
-    for gv in reused:  # ``mod`` is the fresh module fuse made
-        mod[gv] = mod[gv].with_attr(REUSED_ATTR, True)
+    for callee, call in _prim_func_calls(mod):
+        args = call.args[1].fields if len(call.args) > 1 and hasattr(call.args[1], "fields") else ()
+        # By object: one initializer is one Constant, however often it is used.
+        weights = tuple(hash(a) for a in args if isinstance(a, Constant))
+        if weights:
+            calls.setdefault(callee, []).append(weights)
+    for gv, seen in calls.items():  # ``mod`` is the fresh module fuse made
+        if len(seen) >= 2 * len(set(seen)):
+            mod[gv] = mod[gv].with_attr(REUSED_ATTR, True)
     return mod
 
 
 def call_counts(mod: Any) -> dict[str, int]:
     """How many times ``main`` calls each PrimFunc (``call_tir`` and its variants)."""
+    counts: dict[str, int] = {}
+    for callee, _ in _prim_func_calls(mod):
+        counts[callee.name_hint] = counts.get(callee.name_hint, 0) + 1
+    return counts
+
+
+def _prim_func_calls(mod: Any) -> list[tuple[Any, Any]]:
+    """Every call in ``main`` of one of ``mod``'s PrimFuncs: (its GlobalVar, the call)."""
     from tvm import relax, tirx
 
-    counts: dict[str, int] = {}
+    calls = []
 
     def visit(expr) -> None:
         if isinstance(expr, relax.Call) and expr.args:
             callee = expr.args[0]
             if isinstance(callee, relax.GlobalVar) and isinstance(mod[callee], tirx.PrimFunc):
-                counts[callee.name_hint] = counts.get(callee.name_hint, 0) + 1
+                calls.append((callee, expr))
 
     relax.analysis.post_order_visit(mod["main"], visit)
-    return counts
+    return calls
 
 
 def space_of(workload: FusedFunc, *, target: str, limits: DeviceLimits) -> Space | None:
@@ -334,10 +329,11 @@ def argument_bytes(func: Any) -> int:
 
 def default_latency_ms(task: ModelTask, *, device: Any, repeats: int = 5) -> float:
     """Milliseconds of one call of ``task``'s function as an untuned build runs it: its
-    space's untuned config (:meth:`~autosched.space.space.Space.untuned`), or :func:`default_schedule` where no family covers it (llvm;
-    TVM's runtime, the device's threads), the median of ``repeats`` calls, each after
-    the arguments but the first are flushed from the caches (as in a model run, and as
-    the tuner times it: ``Workload.flush_operands``). Inputs are random in [-1, 1)."""
+    space's untuned config (:meth:`~autosched.space.space.Space.untuned`), or
+    :func:`default_schedule` where no family covers it (llvm; TVM's runtime, the
+    device's threads), the median of ``repeats`` calls, each after the arguments but the
+    first are flushed from the caches where the tuner flushes them
+    (``Workload.flush_operands``: as in a model run). Inputs are random in [-1, 1)."""
     import numpy as np
     import tvm
     from tvm.s_tir import Schedule
