@@ -54,16 +54,16 @@ def has_recurrent(graph: Any) -> bool:
 
 
 def unroll_recurrent(proto: Any, shapes: Mapping[str, Sequence[int]], *, source: str) -> Any:
-    """A copy of ``proto`` whose LSTM, GRU and RNN nodes are unrolled into standard ops
-    (``shapes``: the static shapes of the graph's inputs; ``source`` names the file in
-    errors). ``proto`` itself is left as it is."""
+    """A copy of ``proto`` whose LSTM, GRU and RNN nodes are unrolled into standard ops,
+    its inputs' dimensions set to ``shapes`` (their static shapes; ``source`` names the
+    file in errors); ``proto`` itself, unchanged, where it has no such node."""
     import onnx
 
+    if not has_recurrent(proto.graph):
+        return proto
     model = onnx.ModelProto()
     model.CopyFrom(proto)
     graph = model.graph
-    if not has_recurrent(graph):
-        return model
     opset = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=0)
     if opset < 10:
         raise InvalidInputError(
@@ -93,21 +93,19 @@ def unroll_recurrent(proto: Any, shapes: Mapping[str, Sequence[int]], *, source:
 
 def _inferred_shapes(model: Any, shapes: Mapping[str, Sequence[int]]) -> dict[str, tuple]:
     """Every value's shape that ONNX's shape inference finds with the inputs' shapes set
-    (a dimension it cannot tell is None)."""
+    in ``model`` (a dimension it cannot tell is None)."""
     import onnx
 
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    for value in probe.graph.input:
+    for value in model.graph.input:
         if value.name in shapes:
             dims = value.type.tensor_type.shape.dim
             del dims[:]
             for d in shapes[value.name]:
                 dims.add().dim_value = int(d)
     try:
-        probe = onnx.shape_inference.infer_shapes(probe, data_prop=True)
+        probe = onnx.shape_inference.infer_shapes(model, data_prop=True)
     except Exception:  # noqa: BLE001 - what it cannot infer is reported where needed
-        pass
+        probe = model
     out: dict[str, tuple] = {}
     g = probe.graph
     for value in [*g.input, *g.value_info, *g.output]:

@@ -48,9 +48,6 @@ def _decomposition(kind: str) -> Any:
         batch_first: bool,
     ) -> tuple[Any, ...]:
         states = list(hx) if kind == "lstm" else [hx]
-        # Per layer and direction: w_ih, w_hh, (b_ih, b_hh), (an LSTM's w_hr: proj_size).
-        per = len(params) // (num_layers * (2 if bidirectional else 1))
-        projected = kind == "lstm" and per == (5 if has_biases else 3)
         step = {"lstm": _lstm_step, "gru": _gru_step}.get(kind, _rnn_step(kind))
         out, finals = _layers(
             x,
@@ -61,7 +58,6 @@ def _decomposition(kind: str) -> Any:
             bidirectional,
             batch_first,
             step,
-            projected=projected,
             hh_bias_inside=kind == "gru",
         )
         return (out, *finals)
@@ -121,7 +117,6 @@ def _layers(
     batch_first: bool,
     step: Any,
     *,
-    projected: bool = False,
     hh_bias_inside: bool = False,
 ) -> tuple[Any, list[Any]]:
     """Run ``step`` over every layer and direction; the output sequence and, per state,
@@ -143,7 +138,8 @@ def _layers(
             w_ih, w_hh = group[0], group[1]
             b_ih, b_hh = (group[2], group[3]) if has_biases else (None, None)
             w = {"hh": w_hh.t(), "b_hh": b_hh if hh_bias_inside else None}
-            if projected:
+            # w_ih, w_hh, (b_ih, b_hh), then an LSTM's w_hr where it has proj_size.
+            if len(group) % 2:
                 w["hr"] = group[-1].t()
             flat = seq.reshape(steps * batch, seq.shape[2])
             if not has_biases:
