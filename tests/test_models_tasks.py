@@ -495,6 +495,40 @@ def test_the_default_schedule_runs_a_function_that_fits_in_l1_on_one_thread(resn
         _assert_runs_as_reference(sch, task.workload, seed=5)
 
 
+class Steps(torch.nn.Module):
+    def forward(self, x):
+        return x.split(1, dim=0)  # a recurrent layer's input, one piece per step
+
+
+def test_the_default_schedule_runs_each_small_block_of_a_split_on_one_thread(host):
+    # A split into 8 steps is one function of 8 blocks, each copying 1 KiB: 16 KiB of
+    # arguments, more than a 4 KiB L1, but each block (2 KiB read and written) fits, so
+    # none wakes the runtime's threads (an LSTM's 32-step split: 32 parallel loops per
+    # call). With an L1 smaller than a block, every block is parallel again.
+    import dataclasses
+
+    from tvm import tirx
+    from tvm.s_tir import Schedule
+
+    from autosched.tvm.tasks import argument_bytes, block_bytes
+
+    mod, _, _ = _relax(Steps(), (8, 256))
+    (task,) = extract_tasks(mod, limits=host.limits)
+    assert task.family is None
+    assert argument_bytes(task.workload.prim_func()) == 2 * 8 * 256 * 4
+    for l1, parallel in ((4096, False), (2 * 256 * 4, False), (2 * 256 * 4 - 4, True)):
+        limits = dataclasses.replace(host.limits, cores=2, cache_bytes=(l1, 1 << 20))
+        sch = Schedule(task.workload.prim_func())
+        default_schedule(sch, limits=limits)
+        blocks = sch.get_child_blocks(sch.get_sblock("root"))
+        assert len(blocks) == 8
+        for rv in blocks:
+            assert block_bytes(sch, rv) == 2 * 256 * 4
+            kinds = [sch.get(lv).kind for lv in sch.get_loops(rv)]
+            assert (tirx.ForKind.PARALLEL in kinds) == parallel, (l1, kinds)
+        _assert_runs_as_reference(sch, task.workload, seed=6)
+
+
 def test_the_default_schedule_inlines_a_pooling_window_s_padding(host):
     # ResNet's stem pool pads its input; the padded copy is computed inside the window's
     # reads instead of being written and read back.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import math
+import sys
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -267,7 +268,8 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
     per element, and ResNet-18's input transpose ran 1.7x slower from memory, 5x from
     cache, on a Zen 5), and the innermost spatial loop is vectorised at the device's
     native width where its extent allows. A function whose arguments fit in one core's L1
-    cache runs on one thread.
+    cache runs on one thread, and so does each block that touches no more than that (a
+    split's outputs, one block each).
 
     In a reduction block (a pooling window, a mean over the image) the reduction loops
     are moved outside that innermost spatial loop first, so its lanes accumulate side by
@@ -286,7 +288,14 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
     # A function whose arguments fit in one core's L1 runs in well under a microsecond;
     # waking the runtime's threads for it costs more (an LSTM step's gates: 2.6 us
     # parallel, 0.08 us serial on a Zen 5; 62 such calls per run).
-    serial = bool(limits.cache_bytes) and argument_bytes(sch.mod["main"]) <= limits.cache_bytes[0]
+    # So does each block that touches as little: a split into an LSTM's 32 steps is 32
+    # blocks of 4 KiB, each made a parallel loop of its own, 32 wakes of the threads per
+    # call (41 us on a Xeon 6, 81 us of an LSTM run's 650).
+
+    def fits(size: int) -> bool:
+        return bool(limits.cache_bytes) and size <= limits.cache_bytes[0]
+
+    serial = fits(argument_bytes(sch.mod["main"]))
     for rv in sch.get_child_blocks(sch.get_sblock("root")):
         block = sch.get(rv)
         if (winograd.stage_of(block) or ("",))[0] in ("input", "output"):  # tile by tile
@@ -310,10 +319,26 @@ def default_schedule(sch: Any, *, limits: DeviceLimits) -> None:
                         sch.reorder(*loops[lead:], inner)
                     sch.vectorize(inner)
                     loops = sch.get_loops(rv)  # the lanes' outer part is the last of lead
-            if lead >= 1 and not serial:
+            if lead >= 1 and not serial and not fits(block_bytes(sch, rv)):
                 parallel_leading(sch, loops[:lead], cores=limits.cores)
         except Exception as exc:  # TVM raises its own error types; the block stays plain
             log.debug("default schedule of %s: %s", block.name_hint, exc)
+
+
+def block_bytes(sch: Any, rv: Any) -> int:
+    """Bytes the block ``rv`` reads and writes, one element per buffer access and iteration
+    of its loops (an upper bound: a reused element counts each time); a loop of unknown
+    extent counts as unbounded."""
+    import numpy as np
+    from tvm import tirx
+
+    block = sch.get(rv)
+    extents = [sch.get(lv).extent for lv in sch.get_loops(rv)]
+    if not all(isinstance(e, tirx.IntImm) for e in extents):
+        return sys.maxsize
+    work = math.prod(int(e) for e in extents)
+    accesses = list(block.reads) + list(block.writes)
+    return work * sum(np.dtype(str(a.source.dtype)).itemsize for a in accesses)
 
 
 def argument_bytes(func: Any) -> int:
