@@ -139,6 +139,61 @@ def test_functions_without_records_get_the_default_or_are_left_to_tvm(tmp_path):
     assert not (fused[0].attrs and "tirx.is_scheduled" in fused[0].attrs)
 
 
+def test_a_config_tvm_refuses_falls_back_to_the_untuned_then_the_default_schedule(
+    tuned_db, monkeypatch, caplog
+):
+    """A record TVM cannot apply (written by another version of the schedule code, say)
+    costs its function the tuning, not the model its parallel loops: the space's untuned
+    config is applied instead, and where TVM refuses every config of the space, llvm's
+    default schedule; each refusal is logged and the outputs stay right."""
+    import autosched.tvm.database as database
+    from autosched.errors import ScheduleError
+
+    db, _ = tuned_db
+    mod = linear_bias_relu(M, K, N)
+    real_apply = database.apply
+    refused: set[str] = set()
+    tried: list[str] = []
+
+    def refusing_apply(sch, space, config):
+        tried.append(config.key)
+        if config.key in refused or "*" in refused:
+            raise ScheduleError(f"refused {config.key}")
+        real_apply(sch, space, config)
+
+    monkeypatch.setattr(database, "apply", refusing_apply)
+    rng = np.random.default_rng(1)
+    arrays = [
+        rng.uniform(-1, 1, (M, K)).astype("float32"),
+        rng.uniform(-1, 1, (K, N)).astype("float32"),
+        rng.uniform(-1, 1, (N,)).astype("float32"),
+    ]
+    expected = np.maximum(arrays[0].astype(np.float64) @ arrays[1] + arrays[2], 0)
+    (exact,) = autosched.tvm.build(mod, "llvm", db=db, shipped=False).applied
+    assert exact.provenance == "exact" and len(tried) == 1
+    refused.add(tried.pop())
+    with caplog.at_level(logging.WARNING, logger="autosched"):
+        built = autosched.tvm.build(mod, "llvm", db=db, shipped=False)
+    (fallback,) = built.applied
+    assert fallback.provenance == "untuned" and fallback.record_id is None
+    assert tried[0] in refused and tried[-1] not in refused
+    assert "the exact config could not be applied" in caplog.text
+    np.testing.assert_allclose(_run(built.executable, arrays, 0)[0], expected, 1e-4, 1e-4)
+
+    refused.add("*")
+    tried.clear()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="autosched"):
+        built = autosched.tvm.build(mod, "llvm", db=db, shipped=False)
+    assert [a.provenance for a in built.applied] == ["default-schedule"]
+    assert len(tried) >= 2 and caplog.text.count("could not be applied") == len(tried)
+    np.testing.assert_allclose(_run(built.executable, arrays, 0)[0], expected, 1e-4, 1e-4)
+    # With the untuned configs off, only the record is tried: the function is TVM's.
+    tried.clear()
+    left = autosched.tvm.build(mod, "llvm", db=db, shipped=False, untuned=False)
+    assert left.applied == [] and len(tried) == 1
+
+
 def _empty(tmp_path):
     from autosched.records.sqlite import SQLiteDatabase
 

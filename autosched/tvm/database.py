@@ -128,8 +128,8 @@ class RecordsDatabase:
 
     def schedule_function(self, func: Any, name: str) -> Any | None:
         """The scheduled replacement of the fused PrimFunc ``func`` (called ``name`` in its
-        module), or None to leave it to TVM. A config TVM refuses is logged and skipped:
-        one function must not fail the whole build."""
+        module), or None to leave it to TVM. A config TVM refuses is logged and the next
+        one tried (:meth:`_apply`): one function must not fail the whole build."""
         from tvm.s_tir import Schedule
 
         wl = self._workload(func, name)
@@ -138,29 +138,66 @@ class RecordsDatabase:
         except Exception as exc:  # symbolic shapes, say: not a nest with known extents
             log.info("%s: no space (%s: %s); left to TVM", name, type(exc).__name__, exc)
             return None
-        sch = Schedule(wl.prim_func())
-        if space is None:
-            if not self.untuned or self.target != "llvm":
+        if space is not None:
+            found = self._lookup(wl) if self.records else Lookup(space.untuned(), UNTUNED)
+            if found.provenance == UNTUNED and not self.untuned:
                 return None
-            default_schedule(sch, limits=self.device.limits)
-            self.applied.append(Applied(name, wl, FALLBACK, None, None))
-            return _replacement(sch)
-        found = self._lookup(wl) if self.records else Lookup(space.untuned(), UNTUNED)
-        if found.provenance == UNTUNED and not self.untuned:
+            scheduled = self._apply(wl, space, found, name)
+            if scheduled is not None:
+                sch, found = scheduled
+                rec = found.record
+                self.applied.append(
+                    Applied(
+                        name,
+                        wl,
+                        found.provenance,
+                        rec.id if rec else None,
+                        rec.gflops if rec else None,
+                    )
+                )
+                log.info(
+                    "%s: scheduled from %s record %s",
+                    name,
+                    found.provenance,
+                    rec.id if rec else "-",
+                )
+                return _replacement(sch)
+        if not self.untuned or self.target != "llvm":
             return None
-        try:
-            apply(sch, space, found.config)
-        except ScheduleError as exc:
-            log.warning("%s: the config could not be applied (%s); left to TVM", name, exc)
-            return None
-        rec = found.record
-        self.applied.append(
-            Applied(
-                name, wl, found.provenance, rec.id if rec else None, rec.gflops if rec else None
-            )
-        )
-        log.info("%s: scheduled from %s record %s", name, found.provenance, rec.id if rec else "-")
+        sch = Schedule(wl.prim_func())
+        default_schedule(sch, limits=self.device.limits)
+        self.applied.append(Applied(name, wl, FALLBACK, None, None))
         return _replacement(sch)
+
+    def _apply(
+        self, wl: FusedFunc, space: Any, found: Lookup, name: str
+    ) -> tuple[Any, Lookup] | None:
+        """A schedule of ``wl`` with ``found``'s config, and the lookup it came from; where
+        TVM refuses that config (a record written by another version of the schedule code,
+        say), the space's untuned config, then its default (the one :func:`space_of`
+        checked), each logged: a bad record costs that function its tuning, not the
+        model its parallel loops. With ``untuned`` off only ``found`` is tried. None when
+        TVM refuses every one tried."""
+        from tvm.s_tir import Schedule
+
+        tries = [found]
+        if self.untuned:
+            tries += [Lookup(space.untuned(), UNTUNED), Lookup(space.default(), UNTUNED)]
+        seen: set[str] = set()
+        for attempt in tries:
+            if attempt.config.key in seen:
+                continue
+            seen.add(attempt.config.key)
+            sch = Schedule(wl.prim_func())
+            try:
+                apply(sch, space, attempt.config)
+            except ScheduleError as exc:
+                log.warning(
+                    "%s: the %s config could not be applied (%s)", name, attempt.provenance, exc
+                )
+                continue
+            return sch, attempt
+        return None
 
     def apply_to(self, mod: Any) -> Any:
         """``mod`` (after :func:`autosched.tvm.tasks.fuse`) with every fused PrimFunc that
