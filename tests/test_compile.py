@@ -132,6 +132,43 @@ def test_compile_takes_the_leader_of_the_latest_side_by_side_round(tuned, tmp_pa
     _check_outputs(kernel)
 
 
+def test_a_record_tvm_refuses_falls_back_to_the_untuned_config(tuned, device, monkeypatch, caplog):
+    """A record whose config TVM will not build (written by another version of the
+    schedule code, say) costs the kernel its tuning, not the build: the space's untuned
+    config is built instead, with a warning, and the kernel says so. Where TVM refuses
+    every config the lookup and the space offer, the error reaches the caller."""
+    import autosched.measure.build as building
+    from autosched.errors import ScheduleError
+
+    real_build = building.build
+    refused: set[str] = set()
+    built: list[str] = []
+
+    def refusing_build(space, config):
+        built.append(config.key)
+        if config.key in refused or "*" in refused:
+            raise ScheduleError(f"refused {config.key}")
+        return real_build(space, config)
+
+    monkeypatch.setattr(building, "build", refusing_build)
+    exact = compile(WL64, db=tuned, shipped=False)
+    assert exact.provenance == "exact" and built == [exact.config.key]
+    refused.add(exact.config.key)
+    built.clear()
+    with caplog.at_level(logging.WARNING, logger="autosched.compiler"):
+        kernel = compile(WL64, db=tuned, shipped=False)
+    space = make_space(WL64, limits=device.limits)
+    assert kernel.provenance == "untuned" and kernel.record is None
+    # The untuned config, or the default where the record's config was the untuned one.
+    assert kernel.config != exact.config and kernel.config in (space.untuned(), space.default())
+    assert built == [exact.config.key, kernel.config.key]
+    assert "could not be built" in caplog.text
+    _check_outputs(kernel)
+    refused.add("*")
+    with pytest.raises(ScheduleError, match="refused"):
+        compile(WL64, db=tuned, shipped=False)
+
+
 def test_driver_mismatch_uses_the_same_hardware_and_warns(tuned, tmp_path, device, caplog):
     with SQLiteDatabase(tuned, create=False) as db:
         best = db.best(WL64.key, device_key=device.key(), target="opencl")[0]

@@ -27,11 +27,12 @@ from autosched.compiler.lookup import (
     Lookup,
     Source,
     adapt_config,
+    fallbacks,
     lookup_config,
     shipped_database,
     shipped_records_dir,
 )
-from autosched.errors import InvalidInputError
+from autosched.errors import InvalidInputError, ScheduleError
 from autosched.measure.device import Device, select_device
 from autosched.ops.base import Workload
 from autosched.records.base import Database
@@ -72,7 +73,8 @@ def compile(
         RecordsError: ``db`` cannot be opened (a path that does not exist included).
         InvalidInputError: no such device, or one that does not serve ``target``.
         DeviceError: no OpenCL platform.
-        ScheduleError: the config cannot be applied (a bug: looked-up configs are valid).
+        ScheduleError: TVM refuses the looked-up config, the space's untuned config and
+            its default alike (a refused record alone falls back to them, with a warning).
     """
     _check_args(workload, target)
     dev = select_device(device, target=target)
@@ -80,7 +82,25 @@ def compile(
 
     from autosched.measure.build import build
 
-    program = build(make_space(workload, target=target, limits=dev.limits), found.config)
+    space = make_space(workload, target=target, limits=dev.limits)
+    tries = fallbacks(space, found)
+    for i, attempt in enumerate(tries):
+        try:
+            program = build(space, attempt.config)
+        except ScheduleError as exc:
+            if i + 1 == len(tries):
+                raise
+            log.warning(
+                "%s: the %s config %s could not be built (%s); building the next: %s",
+                workload,
+                attempt.provenance,
+                attempt.config.key,
+                exc,
+                tries[i + 1].provenance,
+            )
+            continue
+        found = attempt
+        break
     log.info("built %s with config %s (%s)", workload, found.config.key, found.provenance)
     return CompiledKernel(
         workload=workload,

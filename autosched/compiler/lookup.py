@@ -202,6 +202,18 @@ def lookup_config(space: Space, *, device: Device | HostCPU, sources: Sequence[S
     return Lookup(space.untuned(), UNTUNED)
 
 
+def fallbacks(space: Space, found: Lookup) -> list[Lookup]:
+    """``found``, then the space's untuned config and its default, each once: what a build
+    tries in turn where TVM refuses a config (a record written by another version of
+    the schedule code, say). The default is the config every space family can schedule
+    (:func:`autosched.tvm.tasks.space_of` checks it)."""
+    out = [found]
+    for config in (space.untuned(), space.default()):
+        if all(config.key != tried.config.key for tried in out):
+            out.append(Lookup(config, UNTUNED))
+    return out
+
+
 def _best_valid(space: Space, sources: Sequence[Source], **where: str) -> tuple[Record, str] | None:
     """The first database's chosen record (:func:`autosched.records.choice.chosen`: the
     leader of the final side-by-side round) when its config fits ``space``, else its

@@ -21,7 +21,7 @@ from typing import Any
 
 from autosched.compiler import find_config
 from autosched.compiler.arguments import ANY, bind
-from autosched.compiler.lookup import UNTUNED, Lookup
+from autosched.compiler.lookup import UNTUNED, Lookup, fallbacks
 from autosched.errors import InvalidInputError, ScheduleError
 from autosched.measure.device import select_device
 from autosched.ops import Workload
@@ -33,7 +33,9 @@ from autosched.tvm.tasks import default_schedule, fuse, space_of
 
 log = logging.getLogger(__name__)
 
-FALLBACK = "default-schedule"  # provenance of a function no space family covers
+# Provenance of a function no space family covers, or whose space TVM refused every config
+# of (llvm: it gets the default schedule).
+FALLBACK = "default-schedule"
 
 
 @dataclass
@@ -180,14 +182,7 @@ class RecordsDatabase:
         TVM refuses every one tried."""
         from tvm.s_tir import Schedule
 
-        tries = [found]
-        if self.untuned:
-            tries += [Lookup(space.untuned(), UNTUNED), Lookup(space.default(), UNTUNED)]
-        seen: set[str] = set()
-        for attempt in tries:
-            if attempt.config.key in seen:
-                continue
-            seen.add(attempt.config.key)
+        for attempt in fallbacks(space, found) if self.untuned else [found]:
             sch = Schedule(wl.prim_func())
             try:
                 apply(sch, space, attempt.config)
