@@ -428,7 +428,10 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"\ntransfer, {summary['caches']} samples with sources ({summary['statistic']}): "
             f"fewer trials than cold on {summary['transfer_fewer']}, as many on "
-            f"{summary['transfer_as_many']}, more on {summary['transfer_more']}, more than "
+            f"{summary['transfer_as_many']}, more on {summary['transfer_more']} (beyond the "
+            f"seeds' noise, the paired difference's 90 % bootstrap interval clear of 0: "
+            f"fewer on {summary['transfer_fewer_beyond_noise']}, more on "
+            f"{summary['transfer_more_beyond_noise']}), more than "
             f"random search on {summary['transfer_more_than_random']}; mean "
             f"{summary['mean_transfer']} against {summary['mean_cold']} cold and "
             f"{summary['mean_random']} random"

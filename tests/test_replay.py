@@ -301,10 +301,48 @@ def test_the_transfer_summary_over_caches():
     # c: transfer 65 against random's 47.5
     assert out["transfer_more_than_random"] == 1
     assert [r["file"] for r in out["per_cache"]] == ["a", "b", "c"]
-    assert out["per_cache"][2] == {"file": "c", "cold": 34.5, "transfer": 65.0, "random": 47.5}
+    assert out["per_cache"][2] == {
+        "file": "c",
+        "cold": 34.5,
+        "transfer": 65.0,
+        "random": 47.5,
+        # Its seeds' differences 61 and 0: resampled, a mean of 0, 30.5 or 61.
+        "difference_90": [0.0, 61.0],
+    }
+    assert (out["transfer_fewer_beyond_noise"], out["transfer_more_beyond_noise"]) == (0, 0)
     assert out["mean_cold"] == round((6 + 2 + 34.5) / 3, 2)
     assert out["mean_transfer"] == round((3 + 2 + 65) / 3, 2)
     assert transfer_summary(caches[3:], 64) == {}
+
+
+def test_transfer_beyond_the_seeds_noise_needs_the_same_sign_run_by_run():
+    """A cache counts as fewer (more) trials beyond the noise only where the bootstrap
+    interval of its seeds' paired differences lies below (above) 0: a mean that one
+    seed moves does not."""
+
+    def entry(file, cold, transfer):
+        runs = {"autosched-model": cold, "autosched-model-transfer": transfer}
+        runs["autosched-random"] = [None] * len(cold)
+        return {
+            "file": file,
+            "strategies": {k: {"per_seed": {"trials_to_95": v}} for k, v in runs.items()},
+        }
+
+    twenty = [5.0] * 20
+    out = transfer_summary(
+        [
+            entry("steady fewer", [9.0] * 20, [3.0] * 20),
+            entry("steady more", twenty, [6.0] * 20),
+            entry("one seed more", twenty, [5.0] * 19 + [6.0]),
+            entry("mixed", [2.0, 8.0] * 10, [8.0, 2.0] * 10),
+        ],
+        64,
+    )
+    assert (out["transfer_fewer"], out["transfer_as_many"], out["transfer_more"]) == (1, 1, 2)
+    assert (out["transfer_fewer_beyond_noise"], out["transfer_more_beyond_noise"]) == (1, 1)
+    rows = {r["file"]: r["difference_90"] for r in out["per_cache"]}
+    assert rows["steady fewer"] == [-6.0, -6.0] and rows["steady more"] == [1.0, 1.0]
+    assert rows["one seed more"][0] == 0.0 and rows["mixed"][0] < 0 < rows["mixed"][1]
 
 
 def test_the_seed_figures_and_how_firmly_a_target_holds():
