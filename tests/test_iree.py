@@ -4,6 +4,7 @@ Linalg emission, the spaces and their pruning, rendering, measurement."""
 from __future__ import annotations
 
 import dataclasses
+import re
 import subprocess
 import sys
 
@@ -261,6 +262,47 @@ def test_vulkan_space_prunes_by_the_device_limits(vulkan):
     assert "workgroup_size = [16, 8, 1]" in info
     for cfg in space.sample(np.random.default_rng(1), 20):
         assert space.workgroup_size(cfg)[0] * space.workgroup_size(cfg)[1] <= vulkan.max_invocations
+
+
+def test_cost_model_rows_tell_apart_which_axis_a_tile_cuts(cpu, vulkan):
+    """Two configs whose tiles are the same products over other axes (a 32x64 workgroup
+    tile and a 64x32 one) describe alike in every aggregate; the per-axis columns part
+    them, in rows that line up with IREE's own config (whose knobs sit at their first
+    choices) and with another workload of the kind."""
+    from autosched.cost_model.features import feature_names, featurize
+
+    wl = autosched.workload("matmul", M=256, N=256, K=64)
+    space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
+    a = Config(
+        {
+            "pipeline": "BaseVectorize",
+            "wg.m": 32,
+            "wg.n": 64,
+            "thr.m": 4,
+            "thr.n": 4,
+            "red.k": 4,
+            "stages": 1,
+        }
+    )
+    b = a.replace(**{"wg.m": 64, "wg.n": 32})
+    assert space.check(a) is None and space.check(b) is None
+    names = feature_names(space)
+    rows = featurize(space, [a, b, space.default()])
+    per_axis = [n for n in names if re.match(r"[sr][0-9]+_", n)]
+    shared = [j for j, n in enumerate(names) if n not in per_axis]
+    assert np.array_equal(rows[0, shared], rows[1, shared])
+    col = {n: j for j, n in enumerate(names)}
+    assert rows[0, col["s0_log_tile"]] == 5 and rows[1, col["s0_log_tile"]] == 6
+    assert rows[0, col["s1_log_threads"]] == 4 and rows[0, col["r0_log_tile"]] == 2
+    assert per_axis and not rows[2, [col[n] for n in per_axis]].any()
+    other_wl = autosched.workload("matmul", M=512, N=128, K=256)
+    other = make_space(other_wl, target="iree-vulkan", limits=vulkan.limits)
+    assert feature_names(other) == names
+    cpu_space = make_space(wl, target="iree-llvm-cpu", limits=cpu.limits)
+    c = next(x for x in cpu_space.sample(np.random.default_rng(3), 20) if x["pipeline"] != "auto")
+    described = cpu_space.describe(c)
+    assert described["s1_log_reg"] == np.log2(c["vec.n"])
+    assert described["s0_log_tile"] == np.log2(c["dist.m"])
 
 
 def test_vulkan_measures_a_tuned_config_and_reads_results_back_aligned(vulkan):
