@@ -28,6 +28,16 @@ from autosched.space.select import make_space
 from tests.conftest import make_data
 
 QUICK = TimingOptions(warmup=1, min_repeats=3, max_repeats=5, min_time_s=0.01)
+# A 32x64 workgroup tile of 4x4 per invocation on the 256x256x64 matmul: 16x8 invocations.
+VULKAN_MATMUL = {
+    "pipeline": "BaseVectorize",
+    "wg.m": 32,
+    "wg.n": 64,
+    "thr.m": 4,
+    "thr.n": 4,
+    "red.k": 4,
+    "stages": 1,
+}
 
 WORKLOADS = [
     autosched.workload("matmul", M=32, N=16, K=8, epilogue="bias_relu"),
@@ -228,17 +238,7 @@ def test_vulkan_space_prunes_by_the_device_limits(vulkan):
 
     wl = autosched.workload("matmul", M=256, N=256, K=64)
     space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
-    c = Config(
-        {
-            "pipeline": "BaseVectorize",
-            "wg.m": 32,
-            "wg.n": 64,
-            "thr.m": 4,
-            "thr.n": 4,
-            "red.k": 4,
-            "stages": 1,
-        }  # fmt: skip
-    )
+    c = Config(VULKAN_MATMUL)
     assert space.check(c) is None and space.workgroup_size(c) == (16, 8, 1)
     # One invocation's outputs are its register tile; IREE's own config has none.
     assert space.register_tile(c) == (4, 4)
@@ -273,17 +273,7 @@ def test_cost_model_rows_tell_apart_which_axis_a_tile_cuts(cpu, vulkan):
 
     wl = autosched.workload("matmul", M=256, N=256, K=64)
     space = make_space(wl, target="iree-vulkan", limits=vulkan.limits)
-    a = Config(
-        {
-            "pipeline": "BaseVectorize",
-            "wg.m": 32,
-            "wg.n": 64,
-            "thr.m": 4,
-            "thr.n": 4,
-            "red.k": 4,
-            "stages": 1,
-        }
-    )
+    a = Config(VULKAN_MATMUL)
     b = a.replace(**{"wg.m": 64, "wg.n": 32})
     assert space.check(a) is None and space.check(b) is None
     names = feature_names(space)
