@@ -16,7 +16,7 @@ import signal
 import socket
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 import numpy as np
@@ -263,7 +263,11 @@ class Tuner:
         )
 
     def measure(
-        self, configs: Sequence[Config], *, on_record: Callable[[Record], None] | None = None
+        self,
+        configs: Sequence[Config],
+        *,
+        on_record: Callable[[Record], None] | None = None,
+        control: str = "",
     ) -> list[Record]:
         """Build all ``configs`` in the worker pool and time them in ``timing.passes``
         interleaved passes (the first as each build lands), pooling each one's samples.
@@ -275,6 +279,12 @@ class Tuner:
         GFLOP/s there, 120 alone, and a first pass 2.5x behind the batch's fastest is not
         timed again: ``AGAIN_WITHIN``). A config that fails in any pass (a wrong result, a
         hang) is recorded as that failure.
+
+        ``control`` (a config key) is the batch's control (:mod:`autosched.tuning.control`),
+        timed in every pass however its first came out: its figure says how fast the whole
+        batch ran, and one slow first pass of it is a burst, not its merit (a lavapipe
+        sample's control read 3.7 GFLOP/s in a first pass, 14.0 in the batch before
+        and 12.8 in the closing round; left at that one pass, its batch read 2.8x slow).
         """
         futures = [self._submit(c) for c in configs]
         self.worker.timeout_s = self.timeout_s  # a shared worker serves other timeouts too
@@ -307,7 +317,10 @@ class Tuner:
         if self.timing.passes <= 1:
             return out
         done = [b for b in builds if b is not None]
-        self._time_again(done, outcomes, part, self.timing.passes - 1, within=AGAIN_WITHIN)
+        always = {i for i, c in enumerate(configs) if control and c.key == control}
+        self._time_again(
+            done, outcomes, part, self.timing.passes - 1, within=AGAIN_WITHIN, always=always
+        )
         for i in range(len(configs)):  # the passes interleave: each record spans the batch
             emit(i, started_at[0])
         return out
@@ -320,11 +333,13 @@ class Tuner:
         passes: int,
         *,
         within: float = math.inf,
+        always: Collection[int] = (),
     ) -> None:
         """Time the built configs ``passes`` times more, interleaved round-robin, pooling
         each one's samples into ``outcomes[i]`` (None: not timed yet). A config that failed
         is not timed again, and one that fails keeps that failure; one whose figure so far
-        is more than ``within`` times the fastest's is left as it is."""
+        is more than ``within`` times the fastest's is left as it is, unless its index is
+        in ``always``."""
         so_far = [
             float(np.median(o.latencies)) if o is not None and o.status == OK and o.latencies else 0
             for o in outcomes
@@ -335,7 +350,7 @@ class Tuner:
                 before = outcomes[i]
                 if built.program is None or (before is not None and before.status != OK):
                     continue
-                if so_far[i] > within * fastest:  # behind on its merits: once is enough
+                if so_far[i] > within * fastest and i not in always:  # behind on its merits
                     continue
                 more = self.worker.measure(built.program, self.data, timing)
                 outcomes[i] = (

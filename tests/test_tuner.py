@@ -385,6 +385,33 @@ def test_a_batch_is_timed_in_interleaved_passes_that_share_out_the_repeats(devic
             assert all(a.ended_at <= b.started_at for a, b in zip(records, records[1:]))
 
 
+def test_a_batch_s_control_is_timed_in_every_pass_however_its_first_came_out(device):
+    """A config far behind the batch's fastest after the first pass is left there, but
+    not the batch's control: its figure is what the whole batch is scaled by, so one slow
+    pass of it must not stand alone."""
+    from autosched.tuning.runner import BatchRequest, DeviceSession
+
+    timing = TimingOptions(warmup=0, min_repeats=6, max_repeats=6, min_time_s=0.0, passes=3)
+    wl = autosched.workload("matmul", M=256, N=256, K=256)
+    space = make_space(wl, target="opencl", limits=device.limits)
+    fast, slow = space.untuned(), space.default()  # vec 16 tiles; one scalar per item
+    configs = tuple(c.to_json() for c in (fast, slow))
+    counts = {}
+    for control in ("", slow.key):
+        session = DeviceSession(device, "opencl", timing=timing)
+        try:
+            records = session.run(
+                BatchRequest(wl.to_json(), "opencl", device.key("opencl"), configs, control=control)
+            )
+        finally:
+            session.close()
+        assert all(r.ok for r in records), records
+        by_key = {r.config_key: r for r in records}
+        assert by_key[slow.key].latency_s > 2.5 * by_key[fast.key].latency_s  # far behind
+        counts[control] = len(by_key[slow.key].latencies)
+    assert counts == {"": 2, slow.key: 6}
+
+
 def test_a_build_that_kills_its_worker_is_its_config_s_build_error():
     # A pool that breaks before its first build asks a fresh worker to run a no-op:
     # it does, so the crash was the config's (a whole process not able to start its

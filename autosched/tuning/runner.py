@@ -200,7 +200,7 @@ class DeviceSession:
             if request.rounds:
                 return tuner.remeasure(configs, rounds=request.rounds)
             try:
-                records = tuner.measure(configs, on_record=self.on_record)
+                records = tuner.measure(configs, on_record=self.on_record, control=request.control)
                 why = self._failure(records, request.control)
             except OSError as exc:  # the host's: a folder, a socket, a process not made
                 why = _said(exc)
@@ -222,7 +222,7 @@ class DeviceSession:
                     f"child can start: {_said(exc)}"
                 ) from None
             try:
-                records = tuner.measure(configs, on_record=self.on_record)
+                records = tuner.measure(configs, on_record=self.on_record, control=request.control)
             except OSError as exc:
                 raise DeviceError(f"{self.device.name} cannot measure: {_said(exc)}") from None
             why = self._failure(records, request.control)
