@@ -12,9 +12,11 @@ halves of a tune run apart:
   The built modules go into one file.
 - ``measure``, there (with ``iree-base-runtime``): each module timed by autosched's
   :class:`~autosched.tuner.Tuner` in its killable measurement worker (numpy reference
-  first, warm-up, repeats, interleaved passes), then the fastest few re-timed side by
-  side with IREE's config; the records go to a SQLite database and to a records export
-  that ``bench/replay.py`` replays searches on.
+  first, warm-up, repeats, interleaved passes) in batches of ``--batch``, each with the
+  fastest config so far timed again (its control, as a tune's batches have: what the
+  replay's ``drift_free`` reads each batch's speed from), then the fastest few re-timed
+  side by side with IREE's config; the records go to a SQLite database and to a records
+  export that ``bench/replay.py`` replays searches on.
 
     python -m bench.iree_prebuilt build --op matmul --vulkaninfo gpu.txt --configs 150 -o b/
     python -m bench.iree_prebuilt build --op matmul --cpuinfo cpu.txt --llvm-cpu sapphirerapids -o c/
@@ -191,6 +193,7 @@ def cmd_measure(args: argparse.Namespace) -> None:
     from autosched.records.files import export_jsonl
     from autosched.records.sqlite import SQLiteDatabase
     from autosched.tuner import Tuner
+    from autosched.tuning.control import BatchControl
 
     db = SQLiteDatabase(args.db)
     rows = []
@@ -215,14 +218,24 @@ def cmd_measure(args: argparse.Namespace) -> None:
         )  # fmt: skip
         start = time.perf_counter()
         records = []
+        control = BatchControl()
         try:
             for i in range(0, len(configs), args.batch):
                 if time.perf_counter() - start > args.deadline:
                     print(f"{path.stem}: deadline after {i} configs", flush=True)
                     break
-                batch = tuner.measure(configs[i : i + args.batch])
+                new = configs[i : i + args.batch]
+                # The fastest config so far, timed again mid-batch as a tune's batches
+                # do: configs read in several batches are what drift_free fits each
+                # batch's speed from (a batch run while the host was busy elsewhere).
+                again = control.control(new)
+                sent = (
+                    new if again is None else [*new[: len(new) // 2], again, *new[len(new) // 2 :]]
+                )
+                batch = tuner.measure(sent, control=again.key if again is not None else "")
                 db.add(batch)
-                records += batch
+                control.scale(batch, again)
+                records += [r for r in batch if again is None or r.config_key != again.key]
             ok = sorted((r for r in records if r.status == OK), key=lambda r: r.latency_s)
             default = configs[0]  # `auto`: IREE's own config
             finalists = [Config.from_json(r.config) for r in ok[: args.finalists]]

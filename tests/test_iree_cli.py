@@ -340,7 +340,9 @@ def test_configs_built_here_are_measured_by_another_machine_s_runtime(tmp_path, 
     """bench/iree_prebuilt.py: a sample built with the compiler (here, for this machine's
     Vulkan device or CPU, described as another machine's would be) and timed by a
     process that only loads the built modules (a lent GPU machine has no compiler),
-    records and a replay export out, IREE's config among them."""
+    records and a replay export out, IREE's config among them; each batch after the
+    first times the fastest config so far again, so the batches' speeds can be fitted."""
+    from autosched.tuning.control import MIN_NEW
     from autosched.tuning.replay import read_records
 
     if target == "iree-vulkan":
@@ -352,7 +354,7 @@ def test_configs_built_here_are_measured_by_another_machine_s_runtime(tmp_path, 
     bench = [sys.executable, "-m", "bench.iree_prebuilt"]
     root = Path(__file__).resolve().parent.parent
     build = subprocess.run(
-        [*bench, "build", "--op", "conv2d", *describe, "--configs", "2"]
+        [*bench, "build", "--op", "conv2d", *describe, "--configs", "7"]
         + ["-o", str(tmp_path / "b")],
         capture_output=True, text=True, cwd=root, timeout=600,
     )  # fmt: skip
@@ -361,12 +363,23 @@ def test_configs_built_here_are_measured_by_another_machine_s_runtime(tmp_path, 
     measure = subprocess.run(
         [*bench, "measure", str(tmp_path / "b"), "--db", str(tmp_path / "m.db")]
         + ["--export", str(tmp_path / "m.jsonl.gz"), "--summary", str(tmp_path / "s.json")]
-        + ["--finalists", "1", "--passes", "1"],
+        + ["--finalists", "1", "--batch", "4"],
         capture_output=True, text=True, cwd=root, timeout=600,
     )  # fmt: skip
     assert measure.returncode == 0, measure.stderr[-2000:]
     (row,) = json.loads((tmp_path / "s.json").read_text())
-    assert row["configs"] >= 3 and row["ok"] >= 1 and row["speedup"] > 0  # 2 drawn, IREE's
+    assert row["configs"] >= 8 and row["ok"] >= 1 and row["speedup"] > 0  # 7 drawn, IREE's
     records = read_records(tmp_path / "m.jsonl.gz")
     assert {r.config["pipeline"] for r in records} >= {"auto"}
     assert all(r.target == target and r.device["name"] == row["device"] for r in records)
+    final = max(r.started_at for r in records)  # the finalists' side-by-side round
+    batches = sorted({r.started_at for r in records if r.started_at != final})
+    seen: set[str] = set()
+    controls = 0
+    for at in batches:
+        keys = [r.config_key for r in records if r.started_at == at]
+        again = [k for k in keys if k in seen]
+        assert len(again) == (1 if len(keys) > MIN_NEW else 0), (keys, seen)
+        controls += len(again)
+        seen.update(keys)
+    assert controls >= 1
