@@ -394,7 +394,7 @@ def test_a_batch_s_control_is_timed_in_every_pass_however_its_first_came_out(dev
     timing = TimingOptions(warmup=0, min_repeats=6, max_repeats=6, min_time_s=0.0, passes=3)
     wl = autosched.workload("matmul", M=256, N=256, K=256)
     space = make_space(wl, target="opencl", limits=device.limits)
-    fast, slow = space.untuned(), space.default()  # vec 16 tiles; one scalar per item
+    fast, slow = space.untuned(), space.default()  # vector tiles; one scalar per item
     configs = tuple(c.to_json() for c in (fast, slow))
     counts = {}
     for control in ("", slow.key):
