@@ -224,14 +224,10 @@ def cmd_measure(args: argparse.Namespace) -> None:
                 if time.perf_counter() - start > args.deadline:
                     print(f"{path.stem}: deadline after {i} configs", flush=True)
                     break
-                new = configs[i : i + args.batch]
                 # The fastest config so far, timed again mid-batch as a tune's batches
                 # do: configs read in several batches are what drift_free fits each
                 # batch's speed from (a batch run while the host was busy elsewhere).
-                again = control.control(new)
-                sent = (
-                    new if again is None else [*new[: len(new) // 2], again, *new[len(new) // 2 :]]
-                )
+                sent, again = control.with_control(configs[i : i + args.batch])
                 batch = tuner.measure(sent, control=again.key if again is not None else "")
                 db.add(batch)
                 control.scale(batch, again)

@@ -56,6 +56,15 @@ class BatchControl:
             return None
         return self.configs[key]
 
+    def with_control(self, batch: Sequence[Config]) -> tuple[list[Config], Config | None]:
+        """The configs to time for ``batch``: its :meth:`control` in the middle, among the
+        new configs (none where it has none), and that control."""
+        control = self.control(batch)
+        sent = list(batch)
+        if control is not None:
+            sent.insert(len(sent) // 2, control)
+        return sent, control
+
     def scale(self, records: Sequence[Record], control: Config | None) -> list[Record]:
         """The batch as the search sees it: without the control's record, every figure
         scaled by how fast the control ran against its figure (unscaled when the control

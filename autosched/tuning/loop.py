@@ -256,10 +256,7 @@ def _run_job(
                         pair.exhausted = True
                         log.info("%s: the strategy has nothing new to propose", pair.name)
                         continue
-                    control = pair.control.control(configs)
-                    sent = list(configs)
-                    if control is not None:  # timed mid-batch, among the new configs
-                        sent.insert(len(sent) // 2, control)
+                    sent, control = pair.control.with_control(configs)
                     request = BatchRequest(
                         workload=pair.task.workload.to_json(),
                         target=pair.task.target,
