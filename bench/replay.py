@@ -28,6 +28,7 @@ import logging
 import multiprocessing as mp
 import os
 import sys
+import tempfile
 import time
 import warnings
 import zlib
@@ -79,6 +80,10 @@ STRATEGIES = (
 _caches: list[Any] = []
 _others: list[list[Any]] = []
 _kt: dict[int, KernelTunerReplay] = {}
+# Where this run's Kernel Tuner cache files go: a folder the main process makes and
+# removes. Pool workers end without running finalizers, so a temporary folder of their
+# own outlived every run (two per run of --jobs 2, up to 6 MB each).
+_kt_root: list[str] = []
 
 
 def cache_list(folder: Path = CACHE_DIR) -> list[dict[str, Any]]:
@@ -114,7 +119,9 @@ def _transfers(source: Any, cache: Any) -> bool:
     )
 
 
-def _init(entries: list[dict[str, Any]], folder: str) -> None:
+def _init(entries: list[dict[str, Any]], folder: str, kt_root: str) -> None:
+    _kt.clear()
+    _kt_root[:] = [kt_root]
     logging.getLogger("autosched").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     try:
@@ -151,7 +158,9 @@ def _search(i: int, strategy: str, seed: int, budget: int) -> list[str]:
         keys = optuna_run(cache, strategy.removeprefix("optuna-"), seed, budget)
     elif strategy.startswith("kernel_tuner-"):
         if i not in _kt:
-            _kt[i] = KernelTunerReplay(cache)
+            own = Path(_kt_root[0]) / f"{os.getpid()}-{i}"
+            own.mkdir()
+            _kt[i] = KernelTunerReplay(cache, folder=own)
         keys = _kt[i].run(strategy.removeprefix("kernel_tuner-"), seed, budget)
     else:
         raise ValueError(f"unknown strategy {strategy!r}; accepted: {', '.join(STRATEGIES)}")
@@ -285,7 +294,21 @@ def main(argv: list[str] | None = None) -> int:
                 "optuna-gp skipped: optuna's GPSampler needs torch (pip install torch "
                 "--index-url https://download.pytorch.org/whl/cpu)"
             )
-    _init(entries, str(args.folder))
+    kt_root = tempfile.TemporaryDirectory(prefix="autosched-kt-")
+    try:
+        return _run(args, entries, selected, strategies, kt_root.name)
+    finally:
+        kt_root.cleanup()
+
+
+def _run(
+    args: argparse.Namespace,
+    entries: list[dict[str, Any]],
+    selected: list[int],
+    strategies: list[str],
+    kt_root: str,
+) -> int:
+    _init(entries, str(args.folder), kt_root)
     tasks = []
     for i in selected:
         for s in strategies:
@@ -294,7 +317,9 @@ def main(argv: list[str] | None = None) -> int:
             tasks += [(i, s, seed, args.budget) for seed in range(args.seeds)]
     start = time.perf_counter()
     if args.jobs > 1:
-        with mp.get_context("fork").Pool(args.jobs, _init, (entries, str(args.folder))) as pool:
+        with mp.get_context("fork").Pool(
+            args.jobs, _init, (entries, str(args.folder), kt_root)
+        ) as pool:
             done = pool.map(run_one, tasks, chunksize=1)
     else:
         done = [run_one(t) for t in tasks]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import subprocess
 import sys
 import time
@@ -632,3 +633,30 @@ def test_a_run_in_chunks_keeps_each_cache_s_seeds_and_reports_the_fewest(tmp_pat
     assert seeds == {names[0]: 3, names[1]: 2} and report["seeds"] == 2
     runs = {e["file"]: e["strategies"]["autosched-random"]["per_seed"] for e in report["caches"]}
     assert len(runs[names[0]]["trials_to_95"]) == 3 and len(runs[names[1]]["score"]) == 2
+
+
+def test_a_run_with_worker_processes_leaves_no_kernel_tuner_files_behind(tmp_path):
+    """Kernel Tuner replays from a cache file that each worker process writes; pool
+    workers end without running finalizers, so their temporary folders stayed in the
+    temp directory after every ``--jobs`` run."""
+    import json
+
+    name = "matmul-512-opencl-h200.jsonl.gz"
+    listed = json.loads((ROOT / "bench" / "replay" / "caches.json").read_text())["caches"]
+    (tmp_path / name).write_bytes((ROOT / "bench" / "replay" / name).read_bytes())
+    (tmp_path / "caches.json").write_text(
+        json.dumps({"caches": [e for e in listed if e["file"] == name]})
+    )
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    out = tmp_path / "replay.json"
+    subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "replay.py"), "--folder", str(tmp_path),
+         "--json", str(out), "--png", str(tmp_path / "r.png"), "--jobs", "2", "--seeds", "2",
+         "--budget", "4", "--strategies", "kernel_tuner-bayes_opt,kernel_tuner-genetic_algorithm"],
+        check=True, capture_output=True, timeout=600, env={**os.environ, "TMPDIR": str(temp)},
+    )  # fmt: skip
+    (entry,) = json.loads(out.read_text())["caches"]
+    runs = entry["strategies"]["kernel_tuner-bayes_opt"]["per_seed"]["trials_to_95"]
+    assert len(runs) == 2 and "error" not in entry["strategies"]["kernel_tuner-genetic_algorithm"]
+    assert list(temp.iterdir()) == []
