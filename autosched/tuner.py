@@ -106,11 +106,20 @@ class BuildPool:
         self.tvm = target not in IREE_TARGETS
         self._pool: cf.ProcessPoolExecutor | None = None
         self._built = False  # whether any of its workers ever returned a build
+        self._closed = False
 
     def submit(self, *args) -> cf.Future:
         return self.submit_call(_build_task, *args)
 
     def submit_call(self, fn: Callable[..., Any], *args) -> cf.Future:
+        """``fn(*args)`` in a build worker; the pool starts on first use.
+
+        Raises:
+            HarnessError: the pool is closed (its session's close, on Ctrl-C, ends a batch
+                that a thread is building rather than start a pool for it again).
+        """
+        if self._closed:
+            raise HarnessError("the build pool is closed")
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(
                 self.workers,
@@ -134,6 +143,8 @@ class BuildPool:
             self.reset()
             return BuildResult(None, BUILD_ERROR, f"build took longer than {timeout_s:g} s")
         except cf.process.BrokenProcessPool:
+            if self._closed:
+                raise HarnessError("the build pool is closed") from None
             self.reset()
             if not self._built and not self._answers():
                 raise HarnessError(f"the build workers die as they start: {GUARD}") from None
@@ -158,6 +169,7 @@ class BuildPool:
         self._pool = None
 
     def close(self) -> None:
+        self._closed = True
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         self._pool = None

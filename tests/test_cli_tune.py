@@ -4,11 +4,20 @@ any other output, a clean terminal, and numpy beside the tuned kernel at the end
 from __future__ import annotations
 
 import json
+import os
 import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
 
 import pytest
+
+from tests.conftest import marked_processes
 
 
 def _tune(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -114,3 +123,62 @@ def test_a_script_without_a_main_guard_stores_nothing_and_says_why(tmp_path):
     with SQLiteDatabase(db) as records:
         mine = [r for r in records.query() if r.op == "softmax"]
     assert sum(r.ok for r in mine) >= 8 and not [r for r in mine if not r.ok]
+
+
+def test_ctrl_c_mid_batch_ends_the_batch_there_and_leaves_nothing_behind(tmp_path):
+    """Ctrl-C while a batch is timed. Closing the session killed the batch's measurement
+    child, but the batch went on in the runner's thread, starting a fresh child for each
+    config left (after the close, in the folder the close had removed; PoCL made it again)
+    until its last: the exit waited 13 s for that, the batch's progress lines came after
+    the "interrupted" line, and the folder of kernels stayed in the temporary directory."""
+    db = tmp_path / "t.db"
+    # Short: multiprocessing's fork server listens on a socket in it (108 bytes at most).
+    temp = Path(tempfile.mkdtemp(prefix="as-"))
+    mark = f"ctrl-c-tune-{os.getpid()}-{time.time()}"
+    run = subprocess.Popen(
+        [sys.executable, "-m", "autosched", "tune", "--op", "matmul", "--shape", "256,256,256",
+         "--trials", "64", "--batch", "16", "--db", str(db)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env=dict(os.environ, TMPDIR=str(temp), AUTOSCHED_TEST_MARK=mark),
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )  # fmt: skip
+    lines: list[tuple[bool, str]] = []  # (after Ctrl-C, line)
+    first_batch = threading.Event()
+    sent = threading.Event()
+
+    def read() -> None:
+        assert run.stderr is not None
+        for line in run.stderr:
+            lines.append((sent.is_set(), line))
+            if re.match(r"\s*\d+/64\b", line):
+                first_batch.set()  # a batch's lines come all at once as it is stored
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert first_batch.wait(240), "".join(x for _, x in lines)[-3000:]
+        # The second batch is built in full, then timed: the measurement child's PoCL
+        # compiles each program into its folder as its timing starts.
+        timed = len(list(temp.glob("autosched-measure-*/**/*.so")))
+        deadline = time.time() + 120
+        while len(list(temp.glob("autosched-measure-*/**/*.so"))) <= timed:
+            assert time.time() < deadline and run.poll() is None, "no program timed"
+            time.sleep(0.05)
+        sent.set()
+        run.send_signal(signal.SIGINT)
+        run.wait(timeout=120)
+        reader.join(30)
+    finally:
+        run.kill()
+        left_in_temp = list(temp.iterdir())
+        shutil.rmtree(temp, ignore_errors=True)
+    after = "".join(x for late, x in lines if late)
+    assert run.returncode == 130, after[-3000:]
+    assert after == (
+        "autosched: interrupted; measured batches are saved, rerun the same command to resume\n"
+    )  # no config of the second batch came in after Ctrl-C
+    assert left_in_temp == []
+    deadline = time.time() + 30  # the fork server and the children see their parent gone
+    while (left := marked_processes(mark)) and time.time() < deadline:
+        time.sleep(0.5)
+    assert left == []

@@ -22,6 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from autosched.errors import HarnessError
 from autosched.measure.cpu import HostCPU
 from autosched.measure.device import Device
 from autosched.measure.iree_device import IreeDevice
@@ -209,6 +210,7 @@ class MeasureWorker:
         # Why the last child could not start ("" once one has): the device's or the
         # host's failure, not the programs' (autosched.tuning.runner.DeviceSession).
         self.start_error = ""
+        self._closed = False
 
     def _spec(self) -> tuple[tuple, dict[str, str]]:
         if isinstance(self.device, IreeDevice):
@@ -261,7 +263,14 @@ class MeasureWorker:
         self.restarts += 1
 
     def measure(self, program: Program, data: TestData, options: TimingOptions) -> RunOutcome:
-        """Run ``program`` against ``data``; every failure comes back as an outcome."""
+        """Run ``program`` against ``data``; every failure comes back as an outcome.
+
+        Raises:
+            HarnessError: the worker is closed. A batch that a thread was timing when its
+                session closed (Ctrl-C) ends there rather than start a child per config left.
+        """
+        if self._closed:
+            raise HarnessError("the measurement worker is closed")
         if self._proc is None or not self._proc.is_alive():
             if self._proc is not None:
                 self._kill()
@@ -329,6 +338,7 @@ class MeasureWorker:
 
     def close(self) -> None:
         """End the child and remove its folder: the worker is done."""
+        self._closed = True
         self.stop()
         shutil.rmtree(self._cache_dir, ignore_errors=True)
 

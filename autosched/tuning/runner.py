@@ -233,7 +233,7 @@ class DeviceSession:
                 )
             return records
         finally:
-            if self.target == "iree-vulkan":
+            if self.target == "iree-vulkan" and self._worker is not None:
                 # IREE's Vulkan driver keeps two threads spinning while a device is open
                 # (IREE 3.13 on lavapipe: 100% of a core each, measured). The child gives
                 # them nice 19 (iree_runner.demote_spinning_threads), but even so they
