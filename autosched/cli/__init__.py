@@ -446,17 +446,21 @@ def main(argv: list[str] | None = None) -> int:
     except AutoschedError as exc:
         print(f"autosched: error: {exc}", file=sys.stderr)
         return 1 if isinstance(exc, DeviceGivenUp) else 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         # A Ctrl-C that lands inside exec() of a string (scipy runs one while a cost model
         # is imported lazily) leaves CPython's "unhandled KeyboardInterrupt" mark set even
         # though it is handled here, and the interpreter would then end by SIGINT instead
         # of with 130. Executing any string clears that mark.
         exec("")
+        from autosched.tuning.interrupt import Terminated
+
+        term = isinstance(exc, Terminated)
         print(
-            "autosched: interrupted; measured batches are saved, rerun the same command to resume",
+            f"autosched: {'terminated (SIGTERM)' if term else 'interrupted'}; measured "
+            "batches are saved, rerun the same command to resume",
             file=sys.stderr,
         )
-        return 130
+        return 143 if term else 130  # 128 + the signal's number, as a shell reports it
     finally:  # main() may be called again in the same process (tests, embedding tools)
         root.removeHandler(handler)
         root.setLevel(level)
