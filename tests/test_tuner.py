@@ -412,6 +412,46 @@ def test_a_batch_s_control_is_timed_in_every_pass_however_its_first_came_out(dev
     assert counts == {"": 2, slow.key: 6}
 
 
+def test_a_session_closed_during_a_batch_ends_the_batch_as_a_lost_one(device):
+    """A farm worker told to stop closes its device's session while a batch is timed in
+    a Dask thread (a tune's Ctrl-C closes it the same way). The batch ends there, as a
+    lost batch, which a job proposes again: not on and on in a fresh measurement child
+    per config after the close (the code before), and not as a HarnessError, which
+    would stop the whole job."""
+    import threading
+
+    from autosched.tuning.runner import BatchRequest, DeviceSession, LostBatch
+
+    wl = autosched.workload("matmul", M=256, N=256, K=256)
+    space = make_space(wl, target="opencl", limits=device.limits)
+    configs = {c.key: c for c in space.sample(np.random.default_rng(3), 12)}
+    request = BatchRequest(
+        wl.to_json(), "opencl", device.key("opencl"), tuple(c.to_json() for c in configs.values())
+    )
+    session = DeviceSession(device, "opencl")
+    outcome: list = []
+
+    def run() -> None:
+        try:
+            outcome.append(session.run(request))
+        except Exception as exc:  # noqa: BLE001 - what the batch ended with is the test
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    deadline = time.time() + 240
+    while (session._worker is None or session._worker._proc is None) and thread.is_alive():
+        assert time.time() < deadline, "the batch never reached its timing"
+        time.sleep(0.02)  # built in full; the measurement child has started
+    worker = session._worker
+    session.close()
+    thread.join(240)
+    assert not thread.is_alive()
+    (ended,) = outcome
+    assert isinstance(ended, LostBatch), ended
+    assert worker._proc is None  # no child started after the close
+
+
 def test_a_build_that_kills_its_worker_is_its_config_s_build_error():
     # A pool that breaks before its first build asks a fresh worker to run a no-op:
     # it does, so the crash was the config's (a whole process not able to start its

@@ -145,6 +145,7 @@ class DeviceSession:
         self._tuners: OrderedDict[tuple, Any] = OrderedDict()
         self._worker: Any = None  # the measurement child and build pool, on first use
         self._builders: Any = None
+        self._closed = False
 
     def slot(self) -> Slot:
         return Slot(
@@ -186,6 +187,23 @@ class DeviceSession:
         return tuner
 
     def run(self, request: BatchRequest) -> list[Record]:
+        """Build and time ``request``'s batch.
+
+        Raises:
+            LostBatch: the session closed while the batch ran (Ctrl-C in a tune, a farm
+                worker told to stop): its measurement child and build pool refuse to
+                start again, so the batch ends there, and a job proposes it again.
+        """
+        try:
+            return self._run(request)
+        except Exception:
+            if self._closed:
+                raise LostBatch(
+                    f"{self.device.name}: the session closed during the batch"
+                ) from None
+            raise
+
+    def _run(self, request: BatchRequest) -> list[Record]:
         if request.target != self.target or request.device_key != self.device.key(self.target):
             raise ValueError(
                 f"a batch for {request.target} device {request.device_key} reached "
@@ -252,6 +270,7 @@ class DeviceSession:
         return None if why is None else f"not even the control {control}, measured before: {why}"
 
     def close(self) -> None:
+        self._closed = True
         while self._tuners:
             _, tuner = self._tuners.popitem()
             tuner.close()
