@@ -14,6 +14,7 @@ import math
 import os
 import signal
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Callable, Collection, Sequence
@@ -107,6 +108,7 @@ class BuildPool:
         self._pool: cf.ProcessPoolExecutor | None = None
         self._built = False  # whether any of its workers ever returned a build
         self._closed = False
+        self._lifecycle = threading.Lock()  # the close and a pool's start, one at a time
 
     def submit(self, *args) -> cf.Future:
         return self.submit_call(_build_task, *args)
@@ -118,16 +120,17 @@ class BuildPool:
             HarnessError: the pool is closed (its session's close, on Ctrl-C, ends a batch
                 that a thread is building rather than start a pool for it again).
         """
-        if self._closed:
-            raise HarnessError("the build pool is closed")
-        if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(
-                self.workers,
-                mp_context=child_context(tvm=self.tvm),
-                initializer=_build_worker_init,
-                initargs=(log.isEnabledFor(logging.INFO), os.getpid()),
-            )
-        return self._pool.submit(fn, *args)
+        with self._lifecycle:
+            if self._closed:
+                raise HarnessError("the build pool is closed")
+            if self._pool is None:
+                self._pool = cf.ProcessPoolExecutor(
+                    self.workers,
+                    mp_context=child_context(tvm=self.tvm),
+                    initializer=_build_worker_init,
+                    initargs=(log.isEnabledFor(logging.INFO), os.getpid()),
+                )
+            return self._pool.submit(fn, *args)
 
     def result(self, fut: cf.Future, timeout_s: float) -> BuildResult:
         """The build's result; a build that crashed its worker or overran is a
@@ -169,10 +172,11 @@ class BuildPool:
         self._pool = None
 
     def close(self) -> None:
-        self._closed = True
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-        self._pool = None
+        with self._lifecycle:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
 
 # -- one workload on one device ----------------------------------------------------------

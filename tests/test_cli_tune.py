@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -126,17 +127,26 @@ def test_a_script_without_a_main_guard_stores_nothing_and_says_why(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("sig", "code", "said"),
-    [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated (SIGTERM)")],
+    ("sig", "group", "code", "said"),
+    [
+        (signal.SIGINT, False, 130, "interrupted"),
+        (signal.SIGTERM, False, 143, "terminated (SIGTERM)"),
+        (signal.SIGTERM, True, 143, "terminated (SIGTERM)"),  # systemd's, Slurm's stop
+    ],
 )
-def test_a_stop_mid_batch_ends_the_batch_there_and_leaves_nothing_behind(tmp_path, sig, code, said):
+def test_a_stop_mid_batch_ends_the_batch_there_and_leaves_nothing_behind(
+    tmp_path, sig, group, code, said
+):
     """Ctrl-C while a batch is timed. Closing the session killed the batch's measurement
     child, but the batch went on in the runner's thread, starting a fresh child for each
     config left (after the close, in the folder the close had removed; PoCL made it again)
     until its last: the exit waited 13 s for that, the batch's progress lines came after
     the "interrupted" line, and the folder of kernels stayed in the temporary directory.
     SIGTERM (a service manager's or a batch scheduler's stop) ended the process on the
-    spot, saying nothing and leaving that folder; it now stops the tune as Ctrl-C does."""
+    spot, saying nothing and leaving that folder; it now stops the tune as Ctrl-C does.
+    Sent to the whole process group (a service manager's stop), it also ends the build
+    and measurement children: the batch's configs left then came back as run errors,
+    and nothing that came back after the signal may be stored as their records."""
     db = tmp_path / "t.db"
     # Short: multiprocessing's fork server listens on a socket in it (108 bytes at most).
     temp = Path(tempfile.mkdtemp(prefix="as-"))
@@ -147,6 +157,7 @@ def test_a_stop_mid_batch_ends_the_batch_there_and_leaves_nothing_behind(tmp_pat
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env=dict(os.environ, TMPDIR=str(temp), AUTOSCHED_TEST_MARK=mark),
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        start_new_session=group,
     )  # fmt: skip
     lines: list[tuple[bool, str]] = []  # (after the signal, line)
     first_batch = threading.Event()
@@ -170,8 +181,12 @@ def test_a_stop_mid_batch_ends_the_batch_there_and_leaves_nothing_behind(tmp_pat
         while len(list(temp.glob("autosched-measure-*/**/*.so"))) <= timed:
             assert time.time() < deadline and run.poll() is None, "no program timed"
             time.sleep(0.05)
+        stored = _records(db)
         sent.set()
-        run.send_signal(sig)
+        if group:
+            os.killpg(run.pid, sig)
+        else:
+            run.send_signal(sig)
         run.wait(timeout=120)
         reader.join(30)
     finally:
@@ -184,7 +199,13 @@ def test_a_stop_mid_batch_ends_the_batch_there_and_leaves_nothing_behind(tmp_pat
         f"autosched: {said}; measured batches are saved, rerun the same command to resume\n"
     )  # no config of the second batch came in after the signal
     assert left_in_temp == []
+    assert _records(db) == stored  # the first batch's, nothing since
     deadline = time.time() + 30  # the fork server and the children see their parent gone
     while (left := marked_processes(mark)) and time.time() < deadline:
         time.sleep(0.5)
     assert left == []
+
+
+def _records(db: Path) -> list[tuple[str, str]]:
+    with sqlite3.connect(db) as conn:
+        return sorted(conn.execute("SELECT config_key, status FROM records").fetchall())

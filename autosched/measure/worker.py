@@ -19,6 +19,7 @@ import shutil
 import signal
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -210,7 +211,11 @@ class MeasureWorker:
         # Why the last child could not start ("" once one has): the device's or the
         # host's failure, not the programs' (autosched.tuning.runner.DeviceSession).
         self.start_error = ""
+        # close() may come from another thread than the measuring one (a session's close
+        # on Ctrl-C): the check for it and a child's start are one step, so no child
+        # starts after the close has stopped the last one.
         self._closed = False
+        self._lifecycle = threading.Lock()
 
     def _spec(self) -> tuple[tuple, dict[str, str]]:
         if isinstance(self.device, IreeDevice):
@@ -269,17 +274,19 @@ class MeasureWorker:
             HarnessError: the worker is closed. A batch that a thread was timing when its
                 session closed (Ctrl-C) ends there rather than start a child per config left.
         """
-        if self._closed:
+        with self._lifecycle:
+            if self._closed:
+                raise HarnessError("the measurement worker is closed")
+            if self._proc is None or not self._proc.is_alive():
+                if self._proc is not None:
+                    self._kill()
+                try:
+                    self._start()
+                except (OSError, RuntimeError) as exc:  # the device's, not the program's
+                    self.start_error = f"{type(exc).__name__}: {exc}"
+                    return RunOutcome(RUN_ERROR, f"cannot start the measurement child: {exc}")
+        if self._conn is None:  # closed from another thread since
             raise HarnessError("the measurement worker is closed")
-        if self._proc is None or not self._proc.is_alive():
-            if self._proc is not None:
-                self._kill()
-            try:
-                self._start()
-            except (OSError, RuntimeError) as exc:  # the device's failure, not the program's
-                self.start_error = f"{type(exc).__name__}: {exc}"
-                return RunOutcome(RUN_ERROR, f"cannot start the measurement child: {exc}")
-        assert self._conn is not None
         start = time.perf_counter()
         try:
             # Tuners sharing this worker each have their own data, and two of one
@@ -329,8 +336,11 @@ class MeasureWorker:
             OSError: no folder can be made (the temporary directory is gone or full).
         """
         self.stop()
-        old = self._cache_dir
-        self._cache_dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
+        with self._lifecycle:
+            if self._closed:  # its close removes the folder; no new one after it
+                return
+            old = self._cache_dir
+            self._cache_dir = tempfile.mkdtemp(prefix=f"{_DIR_PREFIX}{os.getpid()}-")
         shutil.rmtree(old, ignore_errors=True)
         if os.path.lexists(old) and not os.path.isdir(old):  # something else took its place
             with contextlib.suppress(OSError):
@@ -338,7 +348,8 @@ class MeasureWorker:
 
     def close(self) -> None:
         """End the child and remove its folder: the worker is done."""
-        self._closed = True
+        with self._lifecycle:
+            self._closed = True
         self.stop()
         shutil.rmtree(self._cache_dir, ignore_errors=True)
 

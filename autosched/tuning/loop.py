@@ -299,6 +299,10 @@ def _run_job(
             refresh()
             continue
         for handle, result in runner.wait(list(in_flight), 1.0):
+            # A batch that came back after Ctrl-C or SIGTERM is not stored: a service
+            # manager's SIGTERM reaches the measurement child too, and the batch's configs
+            # left would come back as run errors that were the stop's, not theirs.
+            check_interrupt()
             pair, configs, control = in_flight.pop(handle)
             busy[pair.slot.device_key] -= 1
             if isinstance(result, LostBatch):
@@ -425,6 +429,7 @@ def _final(pairs: list[Pair], runner: Runner, db: Database, job: Job, k: int) ->
     while handles:
         check_interrupt()
         for handle, result in runner.wait(list(handles), 5.0):
+            check_interrupt()  # as above: a round that came back after the stop is not stored
             pair = handles.pop(handle)
             if isinstance(result, BaseException):
                 log.warning("%s: re-measuring the finalists failed: %s", pair.name, result)
