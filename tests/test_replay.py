@@ -612,11 +612,7 @@ def test_a_run_in_chunks_keeps_each_cache_s_seeds_and_reports_the_fewest(tmp_pat
     import json
 
     names = ["matmul-512-opencl-h200.jsonl.gz", "conv2d-resnet3x3-opencl-h100.jsonl.gz"]
-    listed = json.loads((ROOT / "bench" / "replay" / "caches.json").read_text())["caches"]
-    entries = [e for e in listed if e["file"] in names]
-    for name in names:
-        (tmp_path / name).write_bytes((ROOT / "bench" / "replay" / name).read_bytes())
-    (tmp_path / "caches.json").write_text(json.dumps({"caches": entries}))
+    _sample_folder(tmp_path, names)
     out = tmp_path / "replay.json"
     common = ["--folder", str(tmp_path), "--json", str(out), "--png", str(tmp_path / "r.png")]
     common += ["--strategies", "autosched-random", "--budget", "4"]
@@ -641,12 +637,7 @@ def test_a_run_with_worker_processes_leaves_no_kernel_tuner_files_behind(tmp_pat
     temp directory after every ``--jobs`` run."""
     import json
 
-    name = "matmul-512-opencl-h200.jsonl.gz"
-    listed = json.loads((ROOT / "bench" / "replay" / "caches.json").read_text())["caches"]
-    (tmp_path / name).write_bytes((ROOT / "bench" / "replay" / name).read_bytes())
-    (tmp_path / "caches.json").write_text(
-        json.dumps({"caches": [e for e in listed if e["file"] == name]})
-    )
+    _sample_folder(tmp_path, ["matmul-512-opencl-h200.jsonl.gz"])
     temp = tmp_path / "temp"
     temp.mkdir()
     out = tmp_path / "replay.json"
@@ -660,3 +651,15 @@ def test_a_run_with_worker_processes_leaves_no_kernel_tuner_files_behind(tmp_pat
     runs = entry["strategies"]["kernel_tuner-bayes_opt"]["per_seed"]["trials_to_95"]
     assert len(runs) == 2 and "error" not in entry["strategies"]["kernel_tuner-genetic_algorithm"]
     assert list(temp.iterdir()) == []
+
+
+def _sample_folder(folder, names: list[str]) -> None:
+    """``folder`` as a replay benchmark's ``--folder``: the samples ``names`` and their
+    entries of ``caches.json``."""
+    import json
+
+    listed = json.loads((ROOT / "bench" / "replay" / "caches.json").read_text())["caches"]
+    for name in names:
+        (folder / name).write_bytes((ROOT / "bench" / "replay" / name).read_bytes())
+    entries = [e for e in listed if e["file"] in names]
+    (folder / "caches.json").write_text(json.dumps({"caches": entries}))
