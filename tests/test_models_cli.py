@@ -5,6 +5,7 @@ loads and a Relax VM runs to torch eager's output."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -34,8 +35,8 @@ def mlp():
 """
 
 
-def _run(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*RUN, *args], capture_output=True, text=True, timeout=600)
+def _run(*args: str, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([*RUN, *args], capture_output=True, text=True, timeout=600, **kw)
 
 
 def test_model_tasks_tune_and_build_from_a_factory(tmp_path):
@@ -58,10 +59,21 @@ def test_model_tasks_tune_and_build_from_a_factory(tmp_path):
     assert job.policy == "gradient"
     assert len(job.tasks) == sum(r["family"] is not None for r in rows)
 
-    db = str(tmp_path / "m.db")
+    # Without --db, the records database of every other command (`tune`, `job`, `report`):
+    # what they stored reaches the model's build, and nothing lands in the working folder.
+    home = {**os.environ, "XDG_DATA_HOME": str(tmp_path / "data")}
+    work = tmp_path / "work"
+    work.mkdir()
+    lib = tmp_path / "model.so"
+    res = _run("build", model, "-o", str(lib), env=home, cwd=work)
+    assert res.returncode == 2 and "does not exist" in res.stderr, res.stderr[-2000:]
     out = tmp_path / "r.json"
-    res = _run("tune", model, "--trials", "6", "--batch", "2", "--db", db, "--json", str(out))
+    res = _run(
+        "tune", model, "--trials", "6", "--batch", "2", "--json", str(out), env=home, cwd=work
+    )
     assert res.returncode == 0, res.stderr[-2000:]
+    assert (tmp_path / "data" / "autosched" / "records.db").is_file()
+    assert list(work.iterdir()) == []
     data = json.loads(out.read_text())
     assert data["trials"] == 6 and sum(t["trials"] for t in data["tasks"]) == 6
     latency = data["latency_ms"]  # timed side by side, each checked against torch first
@@ -72,8 +84,7 @@ def test_model_tasks_tune_and_build_from_a_factory(tmp_path):
     assert tuned and all(t["applied"] and t["best_ms"] for t in tuned), data["tasks"]
     assert "differs from the reference" not in res.stderr
 
-    lib = tmp_path / "model.so"
-    res = _run("build", model, "--db", db, "-o", str(lib))
+    res = _run("build", model, "-o", str(lib), env=home, cwd=work)
     assert res.returncode == 0, res.stderr[-2000:]
     assert "from records" in res.stdout and "matches torch" in res.stdout
     vm = relax.VirtualMachine(tvm.runtime.load_module(str(lib)), tvm.cpu())

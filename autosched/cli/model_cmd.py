@@ -37,6 +37,21 @@ def _model_arg(p: argparse.ArgumentParser) -> None:
     )
 
 
+def _db_arg(p: argparse.ArgumentParser, text: str) -> None:
+    """``--db``: the records database every other command uses unless told otherwise, so
+    what `autosched tune` or a farm job stored reaches a model's build."""
+    from autosched.records.sqlite import default_db_path
+
+    p.add_argument("--db", default=None, help=text.format(default_db_path()))
+
+
+def _open_db(args: argparse.Namespace, *, create: bool):
+    from autosched.records.opener import open_database
+    from autosched.records.sqlite import default_db_path
+
+    return open_database(args.db or default_db_path(), create=create)
+
+
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = subparsers.add_parser(
         "model",
@@ -61,9 +76,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     tune.add_argument("--batch", type=_positive, default=16, help="configs per batch")
     tune.add_argument("--seed", type=int, default=0)
     tune.add_argument("--hours", type=float, help="stop proposing after this many hours")
-    tune.add_argument(
-        "--db", default="autosched.db", help="records database (default: ./autosched.db)"
-    )
+    _db_arg(tune, "records database, a path or postgresql:// URL (default: {})")
     tune.add_argument("--json", metavar="PATH", help="write the result as JSON")
     tune.add_argument("--report", metavar="F.html", help="write the job's HTML report")
     tune.set_defaults(func=cmd_model_tune)
@@ -75,7 +88,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     _model_arg(build)
     build.add_argument("--target", choices=TARGETS, default="llvm")
-    build.add_argument("--db", required=True, help="records database")
+    _db_arg(build, "records database, must exist (default: {})")
     build.add_argument("-o", "--output", required=True, metavar="model.so")
     build.set_defaults(func=cmd_model_build)
 
@@ -90,7 +103,7 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     _model_arg(comp)
     comp.add_argument("--target", choices=TARGETS, default="opencl")
     comp.add_argument("--device", default=None, help="opencl: index or part of a name")
-    comp.add_argument("--db", required=True, help="records database")
+    _db_arg(comp, "records database, must exist (default: {})")
     comp.add_argument("-o", "--output", required=True, metavar="OUT", help="output directory")
     comp.set_defaults(func=cmd_model_compile)
 
@@ -189,7 +202,6 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
 
     from autosched.measure.device import select_device
     from autosched.measure.runner import TimingOptions
-    from autosched.records.opener import open_database
     from autosched.tuning.model import task_timings, tune_tasks
     from autosched.tuning.runner import LocalRunner
     from autosched.tvm import build
@@ -203,7 +215,7 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
     model = _load(args)
     device = select_device(None, target=args.target)
     tasks = extract_tasks(model.mod, target=args.target, limits=device.limits)
-    db = open_database(args.db)
+    db = _open_db(args, create=True)
     deadline = time.time() + args.hours * 3600 if args.hours else None
     start = time.time()
     runner = LocalRunner(device, args.target, timing=TimingOptions(), keep=max(1, len(tasks)))
@@ -313,12 +325,11 @@ def _latencies(model, arrays, builds: dict) -> tuple[dict[str, float | None], di
 
 
 def cmd_model_build(args: argparse.Namespace) -> int:
-    from autosched.records.opener import open_database
     from autosched.tvm import build
 
     check_writable(args.output, "-o")
     model = _load(args)
-    db = open_database(args.db, create=False)
+    db = _open_db(args, create=False)
     built = build(model.mod, args.target, db=db, shipped=False)
     try:
         built.executable.export_library(args.output)
@@ -356,7 +367,6 @@ def cmd_model_compile(args: argparse.Namespace) -> int:
 
     from autosched.compiler import compile
     from autosched.measure.device import select_device
-    from autosched.records.opener import open_database
     from autosched.tvm.tasks import extract_tasks
 
     out = Path(args.output)
@@ -369,7 +379,7 @@ def cmd_model_compile(args: argparse.Namespace) -> int:
         for t in extract_tasks(model.mod, target=args.target, limits=device.limits)
         if t.family is not None
     ]
-    db = open_database(args.db, create=False)
+    db = _open_db(args, create=False)
     rows = []
     try:
         for i, task in enumerate(tasks):
