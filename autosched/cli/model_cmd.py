@@ -65,7 +65,9 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     tasks = sub.add_parser("tasks", help="the model's tasks: weight, space family, share of time")
     _model_arg(tasks)
     tasks.add_argument("--job", metavar="F.toml", help="also write a farm job of the tasks")
-    tasks.add_argument("--trials", type=_positive, default=64, help="trials in the job file")
+    tasks.add_argument(
+        "--trials", type=_positive, default=64, help="trials per task in the job file (default 64)"
+    )
     tasks.add_argument("--json", metavar="PATH", help="also write the table as JSON")
     tasks.set_defaults(func=cmd_model_tasks)
 
