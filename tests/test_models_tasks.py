@@ -560,3 +560,46 @@ def _assert_runs_as_reference(sch, wl, *, seed: int) -> None:
     lib["main"](*args.values())
     for name, want in wl.reference(inputs).items():
         np.testing.assert_array_equal(args[name].numpy(), want)
+
+
+def test_records_tables_and_reports_say_a_fused_function_in_one_line(resnet, host, tmp_path):
+    """A model's records carry each fused function's whole TVMScript: `records stats` and
+    the report's headings printed all of it, newlines escaped, thousands of characters
+    per row. They say its blocks and argument shapes in one line; the report keeps the
+    script, folded under its section's heading."""
+    import dataclasses
+    import html
+    import re
+
+    from autosched.records.files import stats
+    from autosched.report import build_report
+    from tests.records_factory import make_record
+
+    mod, _, _ = resnet
+    tasks = {t.name: t for t in extract_tasks(mod, limits=host.limits)}
+    with SQLiteDatabase(tmp_path / "r.db") as db:
+        for i, task in enumerate(tasks.values()):
+            base = make_record(i, target="llvm")
+            wl = task.workload
+            db.add([dataclasses.replace(base, workload=wl.to_json(), workload_key=wl.key)])
+        table = stats(db)
+    by_key = dict(zip(table.workload_key, table.params))
+    dense = tasks["fused_matmul_add2"].workload
+    assert by_key[dense.key] == "matmul, T_add: 1x8, 8x10, 10 -> 1x10"
+    assert by_key[tasks["max_pool2d"].workload.key].endswith(": 1x16x16x8 -> 1x8x8x8")
+    assert len(by_key) == len(tasks)
+    assert all(
+        "\n" not in text and "script" not in text and len(text) < 150 for text in by_key.values()
+    )
+
+    page = build_report(tmp_path / "r.db", vendor_gflops=1.0)
+    titles = [html.unescape(t) for t in re.findall(r"<h2>([^<]*)</h2>", page)]
+    assert len(titles) == len(tasks)
+    assert "fused matmul, T_add: 1x8, 8x10, 10 -> 1x10 on " in "\n".join(titles)
+    assert all(len(t) < 250 and "T.Buffer" not in t for t in titles), titles
+    folded = re.findall(
+        r"<details><summary>the function \(TVMScript\)</summary><pre>(.*?)</pre>", page, re.S
+    )
+    assert sorted(html.unescape(s) for s in folded) == sorted(
+        t.workload.script for t in tasks.values()
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from autosched.errors import InvalidInputError
@@ -51,6 +52,15 @@ def workload(op: str, **params: Any) -> Workload:
     return cls(**params)
 
 
+def params_text(data: Mapping[str, Any]) -> str | None:
+    """A short text for the params of a workload's JSON (a record's ``workload``) where
+    ``name=value`` pairs would not read: a fused function's script, in one line. None
+    for every other op (their pairs read)."""
+    cls = FusedFunc if data.get("op") == FusedFunc.op else OPS.get(str(data.get("op")))
+    params = data.get("params")
+    return cls.params_text(params) if cls is not None and isinstance(params, dict) else None
+
+
 def workload_from_json(data: dict[str, Any]) -> Workload:
     """Inverse of ``Workload.to_json()``."""
     if data.get("op") == FusedFunc.op:
@@ -78,6 +88,7 @@ __all__ = [
     "Stages",
     "TensorSpec",
     "Workload",
+    "params_text",
     "workload",
     "workload_from_json",
 ]

@@ -94,6 +94,12 @@ class Workload:
             shown.append(text)
         return ", ".join(shown)
 
+    @classmethod
+    def params_text(cls, params: dict[str, Any]) -> str | None:
+        """A short text for a record's stored ``params`` where ``name=value`` pairs would
+        not read (a fused function's script), else None."""
+        return None
+
     def __getattr__(self, name: str) -> Any:
         """Parameters read as attributes: ``workload("matmul", ...).K``."""
         params = self.__dict__.get("params")

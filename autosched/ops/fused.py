@@ -215,6 +215,11 @@ class FusedFunc(Workload):
     def __repr__(self) -> str:
         return f"fused({self.params['name']})"
 
+    @classmethod
+    def params_text(cls, params: dict[str, Any]) -> str | None:
+        script = params.get("script")
+        return script_summary(script) if isinstance(script, str) else None
+
     # -- the function ---------------------------------------------------------------
     def prim_func(self, *, scratch: Any = ()) -> tvm.tirx.PrimFunc:
         """The normalised function, exported as ``main`` as TE's functions are (there are
@@ -351,3 +356,32 @@ def _written(func) -> set[str]:
 
 def _iterations(block) -> int:
     return math.prod(int(iv.dom.extent) for iv in block.iter_vars)
+
+
+# -- a script in one line, read from its text (a records table must not need TVM) ----------
+_MAIN = re.compile(r"def main\((.*?)\):\s*$", re.M)
+_BUFFER = re.compile(r"(\w+): T\.Buffer\(\(((?:[^()]|\([^()]*\))*)\),\s*\"(\w+)\"")
+_DIM = re.compile(r"T\.int(?:32|64)\((\w+)\)|(\w+)")
+_BLOCK = re.compile(r"^\s*with T\.sblock\(\"([^\"]+)\"\)", re.M)
+_WRITE = re.compile(r"T\.writes\((\w+)\[")
+
+
+def script_summary(script: str, *, blocks: int = 3) -> str:
+    """A fused function's script in one line: its first blocks (by name) and the shapes
+    of its arguments, the written ones after the arrow, e.g. ``matmul, T_add1:
+    16x64, 64x32, 32 -> 16x32``; ``float32`` is left unsaid."""
+    main = _MAIN.search(script)
+    args = _BUFFER.findall(main.group(1)) if main else []
+    if not args:
+        return f"a script of {script.count(chr(10)) + 1} lines"
+    written = set(_WRITE.findall(script))
+
+    def shape(name: str, dims: str, dtype: str) -> str:
+        text = "x".join(a or b for a, b in _DIM.findall(dims)) or "scalar"
+        return text if dtype == "float32" else f"{text} {dtype}"
+
+    ins = [shape(*a) for a in args if a[0] not in written]
+    outs = [shape(*a) for a in args if a[0] in written]
+    names = _BLOCK.findall(script)
+    shown = ", ".join(names[:blocks]) + (f" +{len(names) - blocks}" if len(names) > blocks else "")
+    return f"{shown}: {', '.join(ins)} -> {', '.join(outs)}"

@@ -343,6 +343,11 @@ def merge(dst_db: Database, src_dbs: Iterable[Database | PathLike]) -> ImportRep
 
 # -- stats -------------------------------------------------------------------------------
 def _params_text(workload: dict[str, Any]) -> str:
+    from autosched.ops import params_text  # a fused function's script: one line
+
+    text = params_text(workload)
+    if text is not None:
+        return text
     params = workload.get("params")
     if isinstance(params, dict):
         return ",".join(f"{k}={params[k]}" for k in sorted(params))

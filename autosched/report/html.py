@@ -136,6 +136,7 @@ def _section(s: Section, anchor: str) -> str:
         f'<section class="workload" id="{anchor}">',
         f"<h2>{esc(title(s))}</h2>",
         _header(s, anchor),
+        _script(s),
         speed.progress(s, anchor),
         speed.comparison(s, anchor),
         speed.top_configs(s, anchor),
@@ -145,6 +146,14 @@ def _section(s: Section, anchor: str) -> str:
         "</section>",
     ]
     return "\n".join(parts)
+
+
+def _script(s: Section) -> str:
+    """A model's fused function in full, folded: the heading says it in one line."""
+    script = (s.workload.get("params") or {}).get("script")
+    if not isinstance(script, str):
+        return ""
+    return f"<details><summary>the function (TVMScript)</summary><pre>{esc(script)}</pre></details>"
 
 
 def _header(s: Section, anchor: str) -> str:

@@ -157,10 +157,17 @@ def option_params(workload: Mapping[str, Any]) -> list[tuple[str, Any]]:
 
 
 def shape_text(workload: Mapping[str, Any]) -> str:
-    return ", ".join(f"{k}={v}" for k, v in shape_params(workload))
+    from autosched.ops import params_text
+
+    text = params_text(workload)  # a fused function: its blocks and argument shapes
+    return text if text is not None else ", ".join(f"{k}={v}" for k, v in shape_params(workload))
 
 
 def options_text(workload: Mapping[str, Any]) -> str:
+    from autosched.ops import params_text
+
+    if params_text(workload) is not None:  # said in full by shape_text
+        return ""
     return ", ".join(f"{k}={v}" for k, v in option_params(workload))
 
 
@@ -169,6 +176,8 @@ def title(s: Section) -> str:
 
     defaults = OPS[s.op].defaults if s.op in OPS else {}
     shown = [f"{k}={v}" for k, v in option_params(s.workload) if defaults.get(k) != v]
+    if not options_text(s.workload):
+        shown = []
     extra = f" ({', '.join(shown)})" if shown else ""
     device = device_label(s.device, default=s.device_key)
     return f"{s.op} {shape_text(s.workload)}{extra} on {device} ({s.target})"
