@@ -250,6 +250,21 @@ def test_gradient_budget_ends_the_job_and_gives_every_task_its_minimum():
     assert picks.count(1) > picks.count(0)  # the heavy task gets the rest
 
 
+def test_gradient_budget_counts_the_trials_the_records_hold():
+    """A resumed model tune: 7 of its 10 trials measured before (by an interrupted run),
+    so 3 are left, and the task short of its minimum gets them first."""
+    policy = Gradient(min_trials=2, budget=10, rng=np.random.default_rng(0))
+    tasks = [TaskProgress(trials=10, done=d) for d in (4, 3, 0)]
+    assert policy.room(tasks) == 3
+    assert policy.next_task(tasks, [0, 1, 2]) == 2
+    tasks[2].start(2)
+    tasks[2].finish(2, 1e-3)
+    assert policy.room(tasks) == 1
+    tasks[0].start(1)
+    tasks[0].finish(1, 1e-3)
+    assert policy.room(tasks) == 0 and policy.next_task(tasks, [0, 1, 2]) is None
+
+
 def test_model_job_with_no_tunable_task_is_refused():
     from autosched.errors import InvalidInputError
 
@@ -298,11 +313,17 @@ def test_tune_a_model_and_build_it_with_its_records(host, tmp_path):
     db = SQLiteDatabase(tmp_path / "model.db")
     runner = LocalRunner(host, "llvm", timing=TimingOptions(min_time_s=0.005), keep=len(tasks))
     try:
+        first = tune_tasks(
+            tasks, runner, db, name="mlp", target="llvm", trials=8, batch=2, finalists=1
+        )
+        # --trials is the total, as for `autosched tune`: a rerun (after Ctrl-C, or with a
+        # larger budget) tops up, it does not spend the budget again.
         result = tune_tasks(
             tasks, runner, db, name="mlp", target="llvm", trials=10, batch=2, finalists=1
         )
     finally:
         runner.close()
+    assert (first.new_trials, result.new_trials) == (8, 2)
     timings = task_timings(tasks, result)
     tuned = [t for t in timings if t.family is not None]
     assert len(tuned) >= 3

@@ -102,8 +102,9 @@ class Gradient:
         explore: probability of a uniformly random pick among the eligible tasks.
         rng: randomness for the exploration picks (seed it for a reproducible job).
         budget: trials in all, shared out among the tasks (a whole model's ``--trials``),
-            counted from the first pick (a resumed job's earlier trials are not counted);
-            None: each task's own trial count is the only limit.
+            the trials the records already hold for them included (a rerun tops up to
+            it, as a rerun of ``autosched tune`` does); None: each task's own trial
+            count is the only limit.
     """
 
     def __init__(
@@ -130,17 +131,13 @@ class Gradient:
         if budget is not None and budget < 1:
             raise InvalidInputError(f"budget={budget!r} is not valid; accepted: an integer >= 1")
         self.budget = budget
-        self._before: int | None = None  # trials measured before the first pick
 
     def room(self, tasks: Sequence[TaskProgress], chosen: int | None = None) -> int | None:
         """Trials left of the budget; for task ``chosen``, less what the other tasks still
         need to reach their minimum (so every task gets it while the budget allows)."""
         if self.budget is None:
             return None
-        used = sum(t.done + t.in_flight for t in tasks)
-        if self._before is None:
-            self._before = used
-        left = max(0, self.budget - (used - self._before))
+        left = max(0, self.budget - sum(t.done + t.in_flight for t in tasks))
         if chosen is None:
             return left
         reserved = sum(
