@@ -572,6 +572,34 @@ def test_a_batch_s_picks_are_scored_as_if_the_picks_before_them_were_measured(re
     assert search.blend._believed is None
 
 
+def test_a_believer_refit_trains_on_a_bounded_share_of_many_records(records, limits, monkeypatch):
+    """Each pick of a batch after the first refits the own ensemble (the believer): past
+    BELIEVER_ROWS records it trains on that many of them, the better half by score and a
+    seeded draw of the rest, so a long tune's proposals stop growing with its records.
+    Below the bound every row counts, as before; the batch's own fit always takes all."""
+    import autosched.search.sources as sources
+
+    mine = [r for r in _one_shape(records) if r.ok][:24]
+    space_for = _space_for(limits)
+    space = space_for(mine[0].workload)
+    config = Config(mine[-1].config)
+
+    def believed_rows(cap: int, seed: int = 0):
+        monkeypatch.setattr(sources, "BELIEVER_ROWS", cap)
+        blend = Blend(space, seed=seed, members=3)
+        blend.refit(mine, mine, space_for)
+        blend.believe(config)
+        return blend._rows, blend._believed_rows
+
+    (X, y, _), (bx, by, _) = believed_rows(24)
+    assert len(by) == len(y) + 1 and np.array_equal(bx[:-1], X)  # every row, and the belief
+    (X, y, _), (bx, by, _) = believed_rows(16)
+    assert len(y) == 24 and len(by) == 16 + 1
+    kept = {tuple(row) for row in bx[:-1]}
+    assert all(tuple(X[i]) in kept for i in np.argsort(-y, kind="stable")[:8])  # the best 8
+    assert np.array_equal(believed_rows(16)[1][0], bx)  # seeded: the same rows again
+
+
 def test_configs_the_blend_scores_alike_go_latest_bred_first(limits):
     space = make_space(workload("matmul", M=256, N=256, K=256), limits=limits)
     search = EvolutionarySearch(
