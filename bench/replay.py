@@ -262,7 +262,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--folder", type=Path, default=CACHE_DIR, help="where the caches are")
     parser.add_argument("--json", type=Path, default=RESULTS / "replay.json")
-    parser.add_argument("--png", type=Path, default=RESULTS / "replay.png")
+    parser.add_argument(
+        "--png", type=Path, default=None, help="the curves (default: --json's path, .png)"
+    )
     parser.add_argument(
         "--update",
         action="store_true",
@@ -422,6 +424,7 @@ def _run(
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(report, indent=1) + "\n")
+    args.png = args.png or args.json.with_suffix(".png")
     _plot(results, args.png)
     for entry in results:
         print(
