@@ -3,7 +3,8 @@
 The path a compiler team runs: ``extract_tasks`` reads the model's fused PrimFuncs,
 ``tune_tasks`` spends ``trials_per_task`` x (tunable tasks) more trials in all on this
 CPU through the gradient task scheduler (the one a farm job uses), into the records
-database in the work folder (resuming from what an earlier budget measured there),
+database in the work folder (resuming from what an earlier budget measured there: its
+trials are a total, so the trials held are added),
 and ``autosched.tvm.build`` applies those records (no shipped ones: only what this run
 measured counts) and builds the Relax executable. The measurement
 child inherits TVM_NUM_THREADS from bench/models.py, so candidates run on the threads
@@ -44,12 +45,23 @@ def autosched_build(
     )  # fmt: skip
     db = open_database(work_dir / "records.db")
     runner = LocalRunner(device, "llvm", timing=TimingOptions(), keep=max(1, len(tasks)))
+    # tune_tasks's trials are the total, the trials the records hold counted: add these.
+    (slot,) = runner.slots()
+    held = sum(_measured(db, t.workload.key, slot.device_key) for t in tunable)
     start = time.perf_counter()
     try:
-        tune_tasks(tasks, runner, db, name=model.name, target="llvm", trials=total, seed=seed)
+        tune_tasks(
+            tasks, runner, db, name=model.name, target="llvm", trials=held + total, seed=seed
+        )
     finally:
         runner.close()
     tune_s = time.perf_counter() - start
     built = build(model.mod, "llvm", db=db, shipped=False)
     db.close()
     return built.executable, tune_s
+
+
+def _measured(db: Any, workload_key: str, device_key: str) -> int:
+    """Configs of a workload the records hold for this device (what tune_tasks counts)."""
+    records = db.query(workload_key=workload_key, device_key=device_key, target="llvm")
+    return len({r.config_key for r in records})
