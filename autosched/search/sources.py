@@ -107,9 +107,10 @@ BEST_RANKER_ROWS = 128
 TIE_DECIMALS = 6  # scores this close are a tie (the prior's are log2 throughputs)
 # A batch's believer refits (:meth:`Blend.believe`, one per pick after the first) train on
 # at most BELIEVER_ROWS rows: past that, the better half of them by score and a seeded
-# draw of the rest. Each refit cost as much as the batch's own fit, so the proposal grew
-# with the records: 6-7 s a batch of 16 after 1,200 trials on this 2-core machine, while
-# the device waits. The batch's own fit still takes every row.
+# draw of the rest. Each refit cost as much as the batch's own fit, so the proposal, while
+# the device waits, grew with the records: a batch of 16 took 5.8-7.4 s after 1,200 of
+# them and 8.5 s after 3,000 on a Xeon 6 core, 4.9-5.5 s with the bound (bench/proposal.py).
+# The batch's own fit still takes every row.
 BELIEVER_ROWS = 512
 
 
