@@ -323,6 +323,28 @@ def test_fit_is_deterministic_for_a_seed(records, space_for, kind):
     assert np.ptp(a) > 0
 
 
+@pytest.mark.parametrize("objective", ["rank:pairwise", "rank:ndcg", "reg:squarederror"])
+def test_xgboost_fits_the_trees_xgb_train_fits(records, space_for, objective):
+    """The XGBoost members boost round by round themselves (xgb.train's loop without its
+    callbacks and closing reset, a sixth of a search's proposal): the same trees."""
+    import xgboost as xgb
+
+    from autosched.cost_model.model import XGBoostModel, _grades
+
+    X, y, g = training_set(records[::2], space_for)
+    model = XGBoostModel(objective, seed=5, n_estimators=40).fit(X, y, g)
+    order = np.argsort(g, kind="stable")
+    label = _grades(y[order]) if objective == "rank:ndcg" else y[order]
+    qid = None if objective == "reg:squarederror" else g[order]
+    params = {
+        "objective": objective, "eta": 0.1, "max_depth": 6, "subsample": 0.8,
+        "colsample_bytree": 0.8, "min_child_weight": 1.0, "tree_method": "hist",
+        "nthread": 1, "seed": 5, "verbosity": 0,
+    }  # fmt: skip
+    booster = xgb.train(params, xgb.DMatrix(X[order], label=label, qid=qid), 40)
+    np.testing.assert_array_equal(model.predict(X), booster.inplace_predict(X))
+
+
 def test_default_kind_is_known():
     assert DEFAULT_KIND in KINDS
     assert type(make_model()) is type(make_model(DEFAULT_KIND))

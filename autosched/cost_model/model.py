@@ -229,7 +229,14 @@ class XGBoostModel(_BoostedModel):
             dtrain = xgb.DMatrix(X, label=y, qid=groups)
         else:
             dtrain = xgb.DMatrix(X, label=y)
-        return xgb.train(params, dtrain, num_boost_round=self.n_estimators)
+        # xgb.train's own loop, less what it adds for evaluation sets this fit has none
+        # of (a callback container called twice a round) and the closing reset of the
+        # training caches (6 ms a fit): the same rounds on the same data, the same trees.
+        # A search fits some 65 boosters a batch, so that was a sixth of its proposal.
+        booster = xgb.Booster(params, [dtrain])
+        for i in range(self.n_estimators):
+            booster.update(dtrain, iteration=i)
+        return booster
 
     def _predict(self, X: np.ndarray) -> np.ndarray:
         return self.booster_.inplace_predict(X)
