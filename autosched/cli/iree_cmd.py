@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autosched.cli.shared import check_writable
+from autosched.cli.shared import check_writable, open_records
 from autosched.errors import InvalidInputError
 from autosched.iree import IREE_TARGETS
 
@@ -45,13 +45,6 @@ def _write(path: str, text: str) -> None:
         raise InvalidInputError(f"cannot write {path}: {exc.strerror}") from None
 
 
-def _open(args: argparse.Namespace):
-    from autosched.records import open_database
-    from autosched.records.sqlite import default_db_path
-
-    return open_database(args.db or default_db_path())
-
-
 def _provenance(found) -> str:
     if found is None:
         return "no record: left to IREE"
@@ -68,7 +61,7 @@ def cmd_annotate(args: argparse.Namespace) -> int:
     text = _read(args.input)
     dev = select_device(args.device, target=args.target)
     check_writable(args.output, "-o")
-    db = _open(args)
+    db = open_records(args.db)
     try:
         out, applied = annotate_mlir(text, db=db, target=args.target, device=dev)
     finally:
@@ -87,7 +80,7 @@ def cmd_spec(args: argparse.Namespace) -> int:
 
     dev = select_device(args.device, target="iree-llvm-cpu")
     check_writable(args.output, "-o")
-    db = _open(args)
+    db = open_records(args.db)
     try:
         spec, used = tuning_spec(db, device=dev)
     finally:
@@ -121,7 +114,7 @@ def tune_mlir(args: argparse.Namespace) -> int:
             "linalg matmul, batch_matmul, conv_2d/depthwise (NHWC or NCHW) or row reductions"
         )
     dev = select_device(args.device, target=args.target)
-    db = _open(args)
+    db = open_records(args.db)
     for r in skipped:
         print(f"skipping {r.function}: {r.op} (no autosched operator)", file=sys.stderr)
     try:

@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from autosched.cli.shared import check_writable
+from autosched.cli.shared import check_writable, open_records
 from autosched.errors import InvalidInputError
 from autosched.records.record import device_label
 from autosched.space.space import ALL_TARGETS
@@ -107,13 +107,6 @@ def deadline_of(args: argparse.Namespace, now: dt.datetime | None = None) -> flo
     return None
 
 
-def _open_db(path: str | None):
-    from autosched.records import open_database
-    from autosched.records.sqlite import default_db_path
-
-    return open_database(path or default_db_path())
-
-
 class _JobProgress:
     """Live progress per task and device kind: trials done and left, best so far,
     devices alive, time to the deadline. A table redrawn in place on a terminal (rich);
@@ -181,7 +174,7 @@ def cmd_job_run(args: argparse.Namespace) -> int:
 
     job = load_job(args.job)
     deadline = deadline_of(args)
-    db = _open_db(args.db)
+    db = open_records(args.db)
     try:
         # Refuse unwritable outputs before the night, not after it.
         for option, path in (("--report", args.report), ("--json", args.json)):
@@ -285,7 +278,7 @@ def cmd_job_status(args: argparse.Namespace) -> int:
     from autosched.tuning import load_job
 
     job = load_job(args.job)
-    db = _open_db(args.db)
+    db = open_records(args.db)
     try:
         rows = []
         for task in job.tasks:

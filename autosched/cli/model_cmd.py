@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autosched.cli.shared import check_writable
+from autosched.cli.shared import check_writable, open_records
 from autosched.cli.shared import positive as _positive
 from autosched.errors import InvalidInputError
 
@@ -43,13 +43,6 @@ def _db_arg(p: argparse.ArgumentParser, text: str) -> None:
     from autosched.records.sqlite import default_db_path
 
     p.add_argument("--db", default=None, help=text.format(default_db_path()))
-
-
-def _open_db(args: argparse.Namespace, *, create: bool):
-    from autosched.records.opener import open_database
-    from autosched.records.sqlite import default_db_path
-
-    return open_database(args.db or default_db_path(), create=create)
 
 
 def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -217,7 +210,7 @@ def cmd_model_tune(args: argparse.Namespace) -> int:
     model = _load(args)
     device = select_device(None, target=args.target)
     tasks = extract_tasks(model.mod, target=args.target, limits=device.limits)
-    db = _open_db(args, create=True)
+    db = open_records(args.db)
     deadline = time.time() + args.hours * 3600 if args.hours else None
     start = time.time()
     runner = LocalRunner(device, args.target, timing=TimingOptions(), keep=max(1, len(tasks)))
@@ -331,7 +324,7 @@ def cmd_model_build(args: argparse.Namespace) -> int:
 
     check_writable(args.output, "-o")
     model = _load(args)
-    db = _open_db(args, create=False)
+    db = open_records(args.db, create=False)
     built = build(model.mod, args.target, db=db, shipped=False)
     try:
         built.executable.export_library(args.output)
@@ -381,7 +374,7 @@ def cmd_model_compile(args: argparse.Namespace) -> int:
         for t in extract_tasks(model.mod, target=args.target, limits=device.limits)
         if t.family is not None
     ]
-    db = _open_db(args, create=False)
+    db = open_records(args.db, create=False)
     rows = []
     try:
         for i, task in enumerate(tasks):

@@ -77,6 +77,15 @@ def check_writable(path: str, option: str) -> None:
         )
 
 
+def open_records(path: str | None, *, create: bool = True):
+    """The records database ``path`` names (a path or a postgresql:// URL), else the
+    default one every command shares; ``create=False`` refuses one that does not exist."""
+    from autosched.records import open_database
+    from autosched.records.sqlite import default_db_path
+
+    return open_database(path or default_db_path(), create=create)
+
+
 def positive(text: str) -> int:
     """An argparse type: an integer >= 1."""
     try:
