@@ -163,21 +163,23 @@ def shape_text(workload: Mapping[str, Any]) -> str:
     return text if text is not None else ", ".join(f"{k}={v}" for k, v in shape_params(workload))
 
 
-def options_text(workload: Mapping[str, Any]) -> str:
+def _shown_options(workload: Mapping[str, Any]) -> list[tuple[str, Any]]:
+    """The options a heading or header shows: none where shape_text says the whole
+    workload in its own words (a fused function)."""
     from autosched.ops import params_text
 
-    if params_text(workload) is not None:  # said in full by shape_text
-        return ""
-    return ", ".join(f"{k}={v}" for k, v in option_params(workload))
+    return [] if params_text(workload) is not None else option_params(workload)
+
+
+def options_text(workload: Mapping[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in _shown_options(workload))
 
 
 def title(s: Section) -> str:
     from autosched.ops import OPS
 
     defaults = OPS[s.op].defaults if s.op in OPS else {}
-    shown = [f"{k}={v}" for k, v in option_params(s.workload) if defaults.get(k) != v]
-    if not options_text(s.workload):
-        shown = []
+    shown = [f"{k}={v}" for k, v in _shown_options(s.workload) if defaults.get(k) != v]
     extra = f" ({', '.join(shown)})" if shown else ""
     device = device_label(s.device, default=s.device_key)
     return f"{s.op} {shape_text(s.workload)}{extra} on {device} ({s.target})"
