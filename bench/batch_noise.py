@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ from autosched.measure.cpu import host_cpu
 from autosched.measure.runner import TimingOptions
 from autosched.space.config import Config
 from autosched.tuning.runner import BatchRequest, DeviceSession
-from bench.iree import cpu_summary
+from bench.iree import machine_summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PASSES = (1, 3)  # timed in one go, and in the search's interleaved passes
@@ -108,7 +107,7 @@ def main() -> None:
     result = {
         "benchmark": "batch_noise",
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
-        "machine": {**cpu_summary(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "machine": machine_summary(),
         "workload": wl.to_json(),
         "tune": {"trials": args.trials, "wall_s": tune_s},
         "batches": args.batches,

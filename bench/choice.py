@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
 import tempfile
 import time
@@ -29,7 +28,7 @@ from autosched.measure.runner import TimingOptions
 from autosched.records import open_database
 from autosched.records.choice import chosen
 from autosched.tuning.runner import BatchRequest, DeviceSession
-from bench.iree import cpu_summary
+from bench.iree import machine_summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -122,7 +121,7 @@ def main() -> None:
     result = {
         "benchmark": "choice",
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
-        "machine": {**cpu_summary(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "machine": machine_summary(),
         "device": device.fingerprint(args.target),
         "workload": wl.to_json(),
         "target": args.target,

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import platform
 import time
 from pathlib import Path
@@ -204,6 +205,11 @@ def cpu_summary() -> dict:
         "cores": c.cores,
         "isa": list(c.isa),
     }
+
+
+def machine_summary() -> dict:
+    """:func:`cpu_summary` with the load average when a benchmark's figures were taken."""
+    return {**cpu_summary(), "load_average": [round(x, 2) for x in os.getloadavg()]}
 
 
 def _fmt(x: float | None, spec: str) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -29,7 +28,7 @@ import autosched.search.sources as sources
 from autosched.search import make_strategy
 from autosched.tuning.replay import load_caches
 from autosched.tuning.runner import device_space
-from bench.iree import cpu_summary
+from bench.iree import machine_summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 SAMPLES = ("softmax-1536x128-llvm-xeon6", "matmul-512-opencl-xeon6")
@@ -93,7 +92,7 @@ def main() -> None:
     data = {
         "benchmark": "model search: seconds to propose a batch of 16 after N records",
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "machine": {**cpu_summary(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "machine": machine_summary(),
         "batch": BATCH,
         "rows": rows,
     }

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import os
 import statistics
 import time
 from pathlib import Path
@@ -38,7 +37,7 @@ from autosched.report.aggregate import kendall_tau
 from autosched.tuning.replay import ReplayCache, load_caches
 from autosched.tuning.runner import DeviceSession
 from bench.choice import retime
-from bench.iree import cpu_summary
+from bench.iree import machine_summary
 from bench.replay import cache_list
 
 HERE = Path(__file__).resolve().parent
@@ -165,7 +164,7 @@ def main() -> None:
     result = {
         "benchmark": "replay_retime",
         "date": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
-        "machine": {**cpu_summary(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+        "machine": machine_summary(),
         "top": args.top,
         "random": args.random,
         "repeats": args.repeats,
