@@ -68,16 +68,16 @@ def _run(*args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([*RUN, *args], capture_output=True, text=True, timeout=timeout)
 
 
-def _record(db_path, target: str) -> None:
-    """Measure the tuned config of MATMUL for real and store it: the only record, so
-    the lookup's answer is known."""
+def _record(db_path, target: str, wl=MATMUL, config: dict | None = None) -> None:
+    """Measure ``config`` of ``wl`` (the tuned config of MATMUL) for real and store it:
+    the workload's only record, so the lookup's answer is known."""
     from autosched.space.config import Config
 
     db = open_database(db_path)
     dev = select_device(None, target=target)
-    tuner = Tuner(MATMUL, db=db, device=dev, target=target, timeout_s=60)
+    tuner = Tuner(wl, db=db, device=dev, target=target, timeout_s=60)
     try:
-        (rec,) = tuner.measure([Config(TUNED[target])])
+        (rec,) = tuner.measure([Config(config or TUNED[target])])
     finally:
         tuner.close()
     assert rec.status == "ok", rec.error
@@ -123,6 +123,7 @@ def _configs(mlir, target: str, extra: list[str] = ()) -> str:
         text=True,
         timeout=300,
     )
+    assert "warning" not in out.stderr, out.stderr  # what the user's build would print
     return out.stdout
 
 
@@ -147,14 +148,32 @@ def test_annotate_writes_the_records_config_and_iree_builds_it_correctly(tmp_pat
 def test_spec_steers_an_unannotated_llvm_cpu_build(tmp_path):
     db = tmp_path / "r.db"
     _record(db, "iree-llvm-cpu")
+    # The module's row sum, and a matmul of a shape the module does not have.
+    cpu = dict(TUNED["iree-llvm-cpu"])
+    row_sum = {"pipeline": "DoubleTilingExpert", "dist.row": 16, "cache.row": 0,
+               "vec.row": 4, "red.col": 8, "peel": False}  # fmt: skip
+    _record(
+        db, "iree-llvm-cpu", autosched.workload("reduce", rows=64, cols=48, kind="sum"), row_sum
+    )
+    other = {**cpu, "dist.m": 32, "vec.m": 2}
+    _record(db, "iree-llvm-cpu", autosched.workload("matmul", M=32, N=48, K=32), other)
     spec = tmp_path / "spec.mlir"
     res = _run("iree", "spec", "--db", str(db), "-o", str(spec))
     assert res.returncode == 0, res.stderr
-    assert "1 configs" in res.stdout
+    assert "3 configs" in res.stdout
+    # One named sequence: iree-compile 3.13 verifies a spec's named sequences in
+    # parallel while it holds the lock its other executables wait on, and deadlocks.
+    assert spec.read_text().count("transform.named_sequence") == 1
     user = tmp_path / "model.mlir"
     user.write_text(USER_MLIR)
     extra = [f"--iree-codegen-tuning-spec-path={spec}"]
-    assert LOWERING["iree-llvm-cpu"] in _configs(user, "iree-llvm-cpu", extra)
+    configs = _configs(user, "iree-llvm-cpu", extra)
+    assert LOWERING["iree-llvm-cpu"] in configs
+    assert (
+        "distribution = [16, 0], vector_common_parallel = [4, 0], vector_reduction = [0, 8]"
+        in configs
+    )
+    assert "distribution = [32, 16, 0]" not in configs  # the other shape's config
     _compile_and_run(tmp_path, user, "iree-llvm-cpu", extra)
 
 

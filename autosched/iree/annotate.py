@@ -109,69 +109,74 @@ def _operand_types(wl: Workload) -> list[str]:
     return [tensor_type((p["rows"], p["cols"])), tensor_type((p["rows"],))]
 
 
-def _matcher(name: str, wl: Workload, info: str) -> list[str]:
+def _matcher(i: int, wl: Workload, info: str) -> list[str]:
+    """Apply ``info`` to every root op of ``wl``'s kind whose operand types are ``wl``'s.
+    The checks and the annotation are a sequence that stops at the first failed check
+    (another shape), inside one that suppresses that failure (and alone would go on)."""
     op = domain(wl).op
     lines = [
-        f"  transform.named_sequence @{name}(%op: !transform.any_op {{transform.readonly}})"
-        " -> (!transform.any_op, !transform.any_param) {",
-        f'    transform.match.operation_name %op ["{op}"] : !transform.any_op',
+        f'    %ops{i} = transform.structured.match ops{{["{op}"]}} in %variant'
+        " : (!transform.any_op) -> !transform.any_op",
+        f"    transform.foreach %ops{i} : !transform.any_op {{",
+        "    ^bb0(%each: !transform.any_op):",
+        "      transform.sequence %each : !transform.any_op failures(suppress) {",
+        "      ^bb1(%one: !transform.any_op):",
+        "        transform.sequence %one : !transform.any_op failures(propagate) {",
+        "        ^bb2(%op: !transform.any_op):",
     ]
-    for i, t in enumerate(_operand_types(wl)):
+    for k, t in enumerate(_operand_types(wl)):
         lines += [
-            f"    %v{i} = transform.get_operand %op[{i}] : (!transform.any_op) -> !transform.any_value",
-            f"    transform.iree.match.cast_compatible_type %v{i} = {t} : !transform.any_value",
+            f"          %v{k} = transform.get_operand %op[{k}] : (!transform.any_op) -> !transform.any_value",
+            f"          transform.iree.match.cast_compatible_type %v{k} = {t} : !transform.any_value",
         ]
     lines += [
-        f"    %config = transform.param.constant {info} -> !transform.any_param",
-        "    transform.yield %op, %config : !transform.any_op, !transform.any_param",
-        "  }",
+        f"          %config = transform.param.constant {info} -> !transform.any_param",
+        '          transform.annotate %op "compilation_info" = %config'
+        " : !transform.any_op, !transform.any_param",
+        "        }",
+        "      }",
+        "    }",
     ]
     return lines
 
 
 def tuning_spec(db: Database, *, device, target: str = "iree-llvm-cpu") -> tuple[str, list[Found]]:
     """A transform-dialect tuning spec with the best tuned config of every workload the
-    database holds for ``device``, and the records used."""
+    database holds for ``device``, and the records used.
+
+    The spec is one named sequence (the entry point), not a matcher and an action per
+    config for ``foreach_match``: iree-compile 3.13 loads a spec under a lock on the
+    first executable that asks for it, and the parser verifies a module's named
+    sequences in parallel on the pass manager's thread pool, whose waiting worker may
+    pick up another executable's configuration and wait for that same lock: the build
+    hangs (5 of some 3,000 builds of a two-dispatch module on two cores; none of 2,400
+    with the spec so written). One isolated op per block is verified in line. A later
+    annotation replaces an earlier one, so the configs are written last first: where
+    two match one op, the first (as ``foreach_match`` would pick) is applied.
+    """
     keys: dict[str, Workload] = {}
     for rec in db.query(target=target, device_family=device.family(target), status="ok"):
         if rec.workload_key not in keys:
             from autosched.ops import workload_from_json
 
             keys[rec.workload_key] = workload_from_json(rec.workload)
-    matchers, used, names = [], [], []
-    for i, wl in enumerate(keys.values()):
+    blocks, used = [], []
+    for wl in keys.values():
         found = lookup(db, wl, target=target, device=device)
         if found is None or found.provenance == "epilogue":
             continue
         info = compilation_info(domain(wl), target, found.config)
         if info is None:
             continue
-        name = f"match_{wl.op}_{i}"
-        matchers += _matcher(name, wl, info)
-        names.append(name)
+        blocks.append(_matcher(len(blocks), wl, info))
         used.append(found)
     lines = [
-        "module attributes {iree_codegen.tuning_spec_with_default_entrypoint, "
-        "transform.with_named_sequence} {",
-        "  transform.named_sequence @apply_op_config(%op: !transform.any_op "
-        "{transform.readonly}, %config: !transform.any_param {transform.readonly}) {",
-        '    transform.annotate %op "compilation_info" = %config : '
-        "!transform.any_op, !transform.any_param",
-        "    transform.yield",
-        "  }",
-        *matchers,
+        "module attributes {transform.with_named_sequence} {",
         "  transform.named_sequence @__kernel_config(%variant: !transform.any_op "
-        "{transform.consumed}) -> !transform.any_op attributes "
+        "{transform.readonly}) -> !transform.any_op attributes "
         "{iree_codegen.tuning_spec_entrypoint} {",
     ]
-    if names:
-        pairs = ", ".join(f"@{n} -> @apply_op_config" for n in names)
-        lines += [
-            f"    %res = transform.foreach_match in %variant {pairs} "
-            ": (!transform.any_op) -> !transform.any_op",
-            "    transform.yield %res : !transform.any_op",
-        ]
-    else:
-        lines.append("    transform.yield %variant : !transform.any_op")
-    lines += ["  }", "}"]
+    for block in reversed(blocks):
+        lines += block
+    lines += ["    transform.yield %variant : !transform.any_op", "  }", "}"]
     return "\n".join(lines) + "\n", used
