@@ -84,6 +84,7 @@ _kt: dict[int, KernelTunerReplay] = {}
 # removes. Pool workers end without running finalizers, so a temporary folder of their
 # own outlived every run (two per run of --jobs 2, up to 6 MB each).
 _kt_root: list[str] = []
+_devices: list[int] = [1]  # devices of the kind an autosched run keeps busy (--devices)
 
 
 def cache_list(folder: Path = CACHE_DIR) -> list[dict[str, Any]]:
@@ -119,9 +120,10 @@ def _transfers(source: Any, cache: Any) -> bool:
     )
 
 
-def _init(entries: list[dict[str, Any]], folder: str, kt_root: str) -> None:
+def _init(entries: list[dict[str, Any]], folder: str, kt_root: str, devices: int = 1) -> None:
     _kt.clear()
     _kt_root[:] = [kt_root]
+    _devices[:] = [devices]
     logging.getLogger("autosched").setLevel(logging.ERROR)
     warnings.simplefilter("ignore")
     try:
@@ -153,7 +155,7 @@ def _search(i: int, strategy: str, seed: int, budget: int) -> list[str]:
         history = ()
         if name == "model-transfer":
             name, history = "model", _others[i]
-        keys = autosched_run(cache, name, seed, budget, history=history)
+        keys = autosched_run(cache, name, seed, budget, history=history, devices=_devices[0])
     elif strategy.startswith("optuna-"):
         keys = optuna_run(cache, strategy.removeprefix("optuna-"), seed, budget)
     elif strategy.startswith("kernel_tuner-"):
@@ -261,6 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategies", default="", help=f"comma-separated; of {STRATEGIES}")
     parser.add_argument("--jobs", type=int, default=1, help="worker processes (default 1)")
     parser.add_argument("--folder", type=Path, default=CACHE_DIR, help="where the caches are")
+    parser.add_argument(
+        "--devices",
+        type=int,
+        default=1,
+        help="devices of the kind an autosched run keeps busy, as a farm's workers: each "
+        "batch after the first N is proposed while N-1 are measured (default 1; the peers "
+        "propose one trial at a time whatever it says)",
+    )
     parser.add_argument("--json", type=Path, default=RESULTS / "replay.json")
     parser.add_argument(
         "--png", type=Path, default=None, help="the curves (default: --json's path, .png)"
@@ -273,6 +283,8 @@ def main(argv: list[str] | None = None) -> int:
         "in chunks)",
     )
     args = parser.parse_args(argv)
+    if args.devices < 1:
+        parser.error(f"--devices must be 1 or more, not {args.devices}")
     # Every cache is loaded (transfer draws on the others); the selected ones are run.
     entries = cache_list(args.folder)
     selected = list(range(len(entries)))
@@ -310,7 +322,7 @@ def _run(
     strategies: list[str],
     kt_root: str,
 ) -> int:
-    _init(entries, str(args.folder), kt_root)
+    _init(entries, str(args.folder), kt_root, args.devices)
     tasks = []
     for i in selected:
         for s in strategies:
@@ -320,7 +332,7 @@ def _run(
     start = time.perf_counter()
     if args.jobs > 1:
         with mp.get_context("fork").Pool(
-            args.jobs, _init, (entries, str(args.folder), kt_root)
+            args.jobs, _init, (entries, str(args.folder), kt_root, args.devices)
         ) as pool:
             done = pool.map(run_one, tasks, chunksize=1)
     else:
@@ -412,6 +424,7 @@ def _run(
         # figures swing with a few seeds): the fewest here, each cache's own in its entry.
         "seeds": min(e["seeds"] for e in results),
         "autosched_batch": 8,
+        "autosched_devices": args.devices,
         "statistic": "seeds: the fewest any cache was replayed with (each cache's own under "
         "caches[].seeds); trials_to_X and best_at_N: medians over the seeds; best_at_N and the "
         "curves as a fraction of the cache's best GFLOP/s; score: Willemsen et al. (FGCS "

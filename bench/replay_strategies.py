@@ -56,9 +56,11 @@ def autosched_run(
     budget: int,
     *,
     history: Sequence[Record] = (),
+    devices: int = 1,
 ) -> list[str]:
-    """One run of autosched's ``strategy`` through the tuning loop on a replay runner."""
-    runner = ReplayRunner([cache])
+    """One run of autosched's ``strategy`` through the tuning loop on a replay runner
+    (``devices`` of the kind: :class:`~autosched.tuning.replay.ReplayRunner`)."""
+    runner = ReplayRunner([cache], devices=devices)
     db = SQLiteDatabase(":memory:")
     task = Task("replay", cache.workload, cache.target, budget)
     job = Job(name="replay", tasks=(task,), strategy=strategy, seed=seed, batch=BATCH)

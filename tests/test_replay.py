@@ -156,6 +156,51 @@ def test_a_replay_runs_the_live_loop_on_recorded_configs_only(small):
     assert all(r.run_id == "replay" for r in stored)
 
 
+def test_a_replay_of_several_devices_keeps_each_busy_and_answers_in_order(records):
+    """``devices=3``: the loop keeps three batches of the kind in flight, they come back
+    one at a time, oldest first, and each batch after the first three is proposed
+    while two are out; the budget is measured once each, and the run repeats itself."""
+    (cache,) = caches_from_records(records[:200])
+
+    class Counting(ReplayRunner):
+        def __init__(self, *a, **kw):
+            super().__init__(*a, **kw)
+            self.out, self.sent, self.back = [], [], []
+
+        def submit(self, slot, request):
+            handle = super().submit(slot, request)
+            self.sent.append(handle)
+            self.out.append(len(self._done))
+            return handle
+
+        def wait(self, handles, timeout_s):
+            got = super().wait(handles, timeout_s)
+            self.back += [h for h, _ in got]
+            return got
+
+    def run(seed):
+        runner = Counting([cache], devices=3)
+        job = Job(
+            name="farm",
+            tasks=(Task("f", cache.workload, "opencl", 56),),
+            strategy="model",
+            seed=seed,
+            batch=8,
+        )
+        result = run_job(job, runner, SQLiteDatabase(":memory:"), finalists=0)
+        (pair,) = result.pairs
+        return runner, [r.config_key for r in pair.history]
+
+    runner, keys = run(4)
+    assert runner.slots()[0].count == 3
+    assert max(runner.out) == 3 and runner.out.count(3) >= 4
+    assert runner.back == runner.sent  # oldest first, one at a time
+    assert len(keys) == len(set(keys)) == 56 and set(keys) <= set(cache.records)
+    assert run(4)[1] == keys
+    with pytest.raises(ValueError, match="devices must be 1 or more"):
+        ReplayRunner([cache], devices=0)
+
+
 def test_a_seeded_replay_is_deterministic(small):
     first = autosched_run(small, "model", 5, 24)
     again = autosched_run(small, "model", 5, 24)

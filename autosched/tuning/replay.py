@@ -123,9 +123,17 @@ class ReplayRunner:
     """A :class:`~autosched.tuning.runner.Runner` over replay caches (one device kind
     per distinct fingerprint among them); see the module docstring."""
 
-    def __init__(self, caches: Sequence[ReplayCache]) -> None:
+    def __init__(self, caches: Sequence[ReplayCache], *, devices: int = 1) -> None:
+        """``devices``: how many devices of each kind (a farm's workers): the loop keeps
+        that many batches of a kind in flight, and :meth:`wait` hands back one batch at a
+        time, the oldest, as devices that take alike long would finish them. So each
+        batch after the first ``devices`` is proposed while ``devices - 1`` are measured."""
+        if devices < 1:
+            raise ValueError(f"devices must be 1 or more, not {devices}")
         self.caches = {(c.workload.key, c.target, c.slot.device_key): c for c in caches}
-        self._slots = {c.slot.device_key: c.slot for c in caches}
+        self._slots = {
+            c.slot.device_key: dataclasses.replace(c.slot, count=devices) for c in caches
+        }
         self._done: dict[int, list[Record] | BaseException] = {}
         self._ids = itertools.count()
         self.answered = 0  # configs answered from the caches
@@ -188,7 +196,9 @@ class ReplayRunner:
         return handle
 
     def wait(self, handles: Sequence[int], timeout_s: float) -> list[tuple[Any, Any]]:
-        return [(h, self._done.pop(h)) for h in handles if h in self._done]
+        """The oldest batch of ``handles`` (one device finishes at a time)."""
+        done = sorted(h for h in handles if h in self._done)
+        return [(h, self._done.pop(h)) for h in done[:1]]
 
     def cancel(self, handles: Sequence[int]) -> None:
         for h in handles:
