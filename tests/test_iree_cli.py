@@ -177,6 +177,46 @@ def test_spec_steers_an_unannotated_llvm_cpu_build(tmp_path):
     _compile_and_run(tmp_path, user, "iree-llvm-cpu", extra)
 
 
+def test_spec_reaches_a_convolution_and_a_softmax(tmp_path):
+    """IREE configures a convolution generalized (a linalg.generic), and a softmax's
+    dispatch holds three generics of the row's shape, of which a config goes on the first
+    reduction only (IREE refuses a dispatch with two). The spec's config reaches both
+    roots and each builds (the softmax's build failed, the conv's config was not applied)."""
+    from autosched.iree.linalg import domain, emit
+    from autosched.iree.render import compilation_info
+    from autosched.space.select import make_space
+
+    db = tmp_path / "r.db"
+    limits = select_device(None, target="iree-llvm-cpu").limits
+    wls = [
+        autosched.workload("conv2d", n=2, c=8, h=8, w=8, k=16, r=3, s=3, pad=1, layout="NHWC"),
+        autosched.workload("softmax", rows=16, cols=64),
+    ]
+    infos = []
+    for wl in wls:
+        space = make_space(wl, target="iree-llvm-cpu", limits=limits)
+        rng = np.random.default_rng(0)
+        config = next(c for c in space.sample(rng, 64) if c["pipeline"] != "auto")
+        _record(db, "iree-llvm-cpu", wl, dict(config))
+        infos.append(compilation_info(domain(wl), "iree-llvm-cpu", config))
+    spec = tmp_path / "spec.mlir"
+    res = _run("iree", "spec", "--db", str(db), "-o", str(spec))
+    assert res.returncode == 0 and "2 configs" in res.stdout, res.stderr
+    extra = [f"--iree-codegen-tuning-spec-path={spec}"]
+    for wl, info in zip(wls, infos):
+        module = tmp_path / f"{wl.op}.mlir"
+        module.write_text(emit(wl))
+        tiles = info[info.index("lowering_config<") :].split(">")[0]
+        assert tiles in _configs(module, "iree-llvm-cpu", extra), wl
+        subprocess.run(
+            [iree_compile_path(), str(module), *compile_flags("iree-llvm-cpu"), *extra]
+            + ["-o", str(tmp_path / f"{wl.op}.vmfb")],
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+
+
 def test_tune_on_both_backends_then_mlir_tasks_share_the_records(tmp_path):
     db = str(tmp_path / "t.db")
     common = ["--db", db, "--batch", "3", "--strategy", "random", "--timeout", "60"]

@@ -114,8 +114,11 @@ def _matcher(i: int, wl: Workload, info: str) -> list[str]:
     The checks and the annotation are a sequence that stops at the first failed check
     (another shape), inside one that suppresses that failure (and alone would go on)."""
     op = domain(wl).op
+    # A convolution reaches IREE's configuration generalized (a linalg.generic): its
+    # operand types tell it from the other generics.
+    names = ", ".join(f'"{n}"' for n in ([op, "linalg.generic"] if "conv" in op else [op]))
     lines = [
-        f'    %ops{i} = transform.structured.match ops{{["{op}"]}} in %variant'
+        f"    %ops{i} = transform.structured.match ops{{[{names}]}} in %variant"
         " : (!transform.any_op) -> !transform.any_op",
         f"    transform.foreach %ops{i} : !transform.any_op {{",
         "    ^bb0(%each: !transform.any_op):",
@@ -124,6 +127,19 @@ def _matcher(i: int, wl: Workload, info: str) -> list[str]:
         "        transform.sequence %one : !transform.any_op failures(propagate) {",
         "        ^bb2(%op: !transform.any_op):",
     ]
+    if op == "linalg.generic":
+        # A row op's root is its first reduction, of the rows alone (one input): a
+        # softmax's or layer norm's later generics read the row's statistics too, and
+        # IREE refuses a dispatch with a config on two of its ops.
+        lines += [
+            "          transform.match.structured %op : !transform.any_op {",
+            "          ^bb3(%s: !transform.any_op):",
+            "            %n_in = transform.match.structured.num_inputs %s"
+            " : (!transform.any_op) -> !transform.param<i64>",
+            "            %c_one = transform.param.constant 1 : i64 -> !transform.param<i64>",
+            "            transform.match.param.cmpi eq %n_in, %c_one : !transform.param<i64>",
+            "          }",
+        ]
     for k, t in enumerate(_operand_types(wl)):
         lines += [
             f"          %v{k} = transform.get_operand %op[{k}] : (!transform.any_op) -> !transform.any_value",
