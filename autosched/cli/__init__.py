@@ -17,6 +17,7 @@ from autosched.cli.shared import (
     add_workload_args,
     check_writable,
     format_config,
+    say_dropped,
     workload_from_args,
 )
 from autosched.cli.shared import positive as _positive
@@ -181,6 +182,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     if args.json:
         check_writable(args.json, "--json")
     print(f"tuning {wl} on {dev.name} ({args.target})", file=sys.stderr)
+    say_dropped(wl, args.target)
     progress = _Progress()
     try:
         result = tune(

@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from autosched.cli.shared import check_writable, open_records
+from autosched.cli.shared import check_writable, open_records, say_dropped
 from autosched.errors import InvalidInputError
 from autosched.iree import IREE_TARGETS
 
@@ -120,6 +120,7 @@ def tune_mlir(args: argparse.Namespace) -> int:
     try:
         for wl in tasks:
             print(f"tuning {wl} on {dev.name} ({args.target})", file=sys.stderr)
+            say_dropped(wl, args.target)
             result = tune(
                 wl,
                 trials=args.trials,

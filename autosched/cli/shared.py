@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -97,3 +98,13 @@ def positive(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"{value} is too small; accepted: an integer >= 1")
     return value
+
+
+def say_dropped(wl, target: str) -> None:
+    """A line on stderr where IREE will build its own config whatever the tune tries."""
+    if target.startswith("iree-"):
+        from autosched.iree.linalg import config_dropped
+
+        why = config_dropped(wl)
+        if why:
+            print(f"note: {why}", file=sys.stderr)

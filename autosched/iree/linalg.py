@@ -89,6 +89,22 @@ def domain(workload: Workload) -> Domain:
     return Domain("linalg.generic", "reduction", loops)
 
 
+def config_dropped(workload: Workload) -> str | None:
+    """Why IREE builds ``workload`` with its own config whatever lowering config it is
+    given, or None where it applies the one given. IREE 3.13 folds a convolution's batch
+    of 1 away before configuring it and then rebuilds the op without the config given
+    (inline or by a tuning spec; on llvm-cpu and SPIR-V alike): checked by
+    ``iree-compile --compile-to=executable-configurations``, the batch-2 convolution
+    keeps the config given."""
+    if workload.op in ("conv2d", "depthwise_conv2d") and workload.params["n"] == 1:
+        return (
+            "IREE 3.13 drops the lowering config of a convolution with a batch of 1 (it "
+            "folds the batch away): only IREE's own config is built and measured; a batch "
+            "of 2 or more, or --target llvm or opencl, is tuned"
+        )
+    return None
+
+
 def _check(workload: Workload) -> None:
     if workload.op not in OPS:
         raise InvalidInputError(

@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autosched.iree.linalg import Domain, Loop, domain
+from autosched.iree.linalg import Domain, Loop, config_dropped, domain
 from autosched.space.config import Config
 from autosched.space.space import DeviceLimits, Knob, Space
 
@@ -97,6 +97,12 @@ class IreeSpace(Space):
         return self.nest.kind == "conv" and loop.name in ("n", "oh", "kh", "kw")
 
     def _make_knobs(self) -> list[Knob]:
+        knobs = self._knobs()
+        if config_dropped(self.workload):  # IREE's own config is all there is to build
+            return [Knob(k.name, k.choices[:1], k.optional) for k in knobs]
+        return knobs
+
+    def _knobs(self) -> list[Knob]:
         d: Domain = self.nest
         if self.cpu:
             knobs = [Knob("pipeline", (AUTO, CPU_PIPELINES[d.kind]))]
@@ -262,6 +268,8 @@ class IreeSpace(Space):
         """IREE's own config written out as knobs (measured early, so the search learns
         it as a point of the space and steps from it), where it is one. Vulkan: for the
         SPIR-V target builds use."""
+        if config_dropped(self.workload):
+            return []
         if not hasattr(self, "_seeds"):
             from autosched.iree.heuristic import iree_default_config
 
