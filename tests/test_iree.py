@@ -410,38 +410,40 @@ def test_a_config_the_compiler_rejects_is_a_build_error_value(cpu, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["iree-llvm-cpu", "iree-vulkan"])
-def test_a_batch_one_convolution_is_built_with_iree_s_own_config(cpu, vulkan, target):
-    """IREE 3.13 folds a convolution's batch of 1 away and rebuilds the op without the
-    lowering config it was given (the tuner's inline one, or a spec's), so every config
-    of a batch-1 space built IREE's own kernel: its space is now IREE's config alone and
-    a tune says why. A batch of 2 keeps the config given. If a later IREE keeps it at a
-    batch of 1 too, the first check fails: batch-1 convolutions can be tuned again."""
+def test_a_convolution_with_a_unit_loop_is_built_with_iree_s_own_config(cpu, vulkan, target):
+    """IREE 3.13 folds a convolution's loops of extent 1 away (a batch of 1, a 1x1
+    filter) and rebuilds the op without the lowering config it was given (the tuner's
+    inline one, or a spec's), so every config of such a space built IREE's own kernel:
+    its space is now IREE's config alone and a tune says why. A batch-2 3x3 conv keeps
+    the config given. If a later IREE keeps it, the first check fails: such
+    convolutions can be tuned again."""
     from autosched.iree.linalg import config_dropped
     from autosched.iree.mlir import annotate
     from autosched.iree.toolchain import compile_mlir
 
     limits = (cpu if target == "iree-llvm-cpu" else vulkan).limits
-    shape = dict(c=8, h=8, w=8, k=16, r=3, s=3, pad=1, layout="NHWC")
-    two = autosched.workload("conv2d", n=2, **shape)
+    base = dict(c=8, h=8, w=8, k=16, layout="NHWC")
+    kept = autosched.workload("conv2d", n=2, r=3, s=3, pad=1, **base)
     given = next(
         c
-        for c in make_space(two, target=target, limits=limits).sample(np.random.default_rng(0), 64)
+        for c in make_space(kept, target=target, limits=limits).sample(np.random.default_rng(0), 64)
         if c["pipeline"] != "auto" and c.get("dist.n", 1) == 1 and c.get("wg.n", 1) == 1
     )
 
     def reaches(wl) -> bool:
         info = compilation_info(domain(wl), target, given)
         text = annotate(emit(wl), {0: info})
-        out = compile_mlir(
-            text, compile_flags(target), extra=["--compile-to=executable-configurations"]
-        )
+        flags = compile_flags(target)
+        out = compile_mlir(text, flags, extra=["--compile-to=executable-configurations"])
         key = "lowering_config<" if target == "iree-llvm-cpu" else "tile_sizes = "
         tiles = info[info.index(key) :].split(">")[0]
         return tiles in out.decode()
 
-    one = autosched.workload("conv2d", n=1, **shape)
-    assert not reaches(one) and reaches(two)
-    space = make_space(one, target=target, limits=limits)
-    assert space.size == 1 and space.default()["pipeline"] == "auto" and space.seeds() == []
-    assert config_dropped(one) and config_dropped(two) is None
-    assert make_space(two, target=target, limits=limits).size > 100
+    assert reaches(kept) and config_dropped(kept) is None
+    assert make_space(kept, target=target, limits=limits).size > 100
+    for unit, loops in ((dict(n=1, r=3, s=3, pad=1), "n"), (dict(n=2, r=1, s=1), "kh, kw")):
+        wl = autosched.workload("conv2d", **unit, **base)
+        assert not reaches(wl), wl
+        space = make_space(wl, target=target, limits=limits)
+        assert space.size == 1 and space.default()["pipeline"] == "auto" and space.seeds() == []
+        assert f"({loops}: it folds them away)" in config_dropped(wl)

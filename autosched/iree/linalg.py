@@ -91,18 +91,23 @@ def domain(workload: Workload) -> Domain:
 
 def config_dropped(workload: Workload) -> str | None:
     """Why IREE builds ``workload`` with its own config whatever lowering config it is
-    given, or None where it applies the one given. IREE 3.13 folds a convolution's batch
-    of 1 away before configuring it and then rebuilds the op without the config given
-    (inline or by a tuning spec; on llvm-cpu and SPIR-V alike): checked by
-    ``iree-compile --compile-to=executable-configurations``, the batch-2 convolution
-    keeps the config given."""
-    if workload.op in ("conv2d", "depthwise_conv2d") and workload.params["n"] == 1:
-        return (
-            "IREE 3.13 drops the lowering config of a convolution with a batch of 1 (it "
-            "folds the batch away): only IREE's own config is built and measured; a batch "
-            "of 2 or more, or --target llvm or opencl, is tuned"
-        )
-    return None
+    given, or None where it applies the one given. IREE 3.13 folds a convolution's loops
+    of extent 1 away before configuring it (a batch of 1, a 1x1 filter, a 1x1 output,
+    a 1x3 filter: each checked) and then rebuilds the op without the config given
+    (inline or by a tuning spec; on llvm-cpu and SPIR-V alike); without such a loop the
+    config reaches ``iree-compile --compile-to=executable-configurations``. Matmuls, batch
+    matmuls and row ops with unit dims keep theirs."""
+    if workload.op not in ("conv2d", "depthwise_conv2d"):
+        return None
+    unit = [lp.name for lp in domain(workload).loops if lp.extent == 1]
+    if not unit:
+        return None
+    return (
+        f"IREE 3.13 drops the lowering config of a convolution with loops of extent 1 "
+        f"({', '.join(unit)}: it folds them away), so only IREE's own config is built and "
+        "measured; one without (a batch of 2 or more, a filter and an output over 1x1), "
+        "or --target llvm or opencl, is tuned"
+    )
 
 
 def _check(workload: Workload) -> None:
