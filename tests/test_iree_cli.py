@@ -442,3 +442,17 @@ def test_configs_built_here_are_measured_by_another_machine_s_runtime(tmp_path, 
         controls += len(again)
         seen.update(keys)
     assert controls >= 1
+
+
+def test_a_tune_of_a_convolution_iree_builds_its_own_way_says_so(tmp_path):
+    """A batch-1 convolution on iree-llvm-cpu: IREE drops any config given (see
+    tests/test_iree.py), so the tune measures IREE's own config alone and says why."""
+    out = tmp_path / "t.json"
+    res = _run("tune", "--op", "conv2d", "--shape", "n=1,c=8,h=8,w=8,k=16,r=3,s=3,pad=1,layout=NHWC",
+               "--target", "iree-llvm-cpu", "--trials", "8", "--db", str(tmp_path / "t.db"),
+               "--json", str(out), "--timeout", "60")  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    assert "note: IREE 3.13 drops the lowering config" in res.stderr
+    assert "(n: it folds them away)" in res.stderr
+    data = json.loads(out.read_text())
+    assert data["trials"] == 1 and data["best"]["config"]["pipeline"] == "auto"
