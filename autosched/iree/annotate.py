@@ -109,14 +109,15 @@ def _operand_types(wl: Workload) -> list[str]:
     return [tensor_type((p["rows"], p["cols"])), tensor_type((p["rows"],))]
 
 
-def _matcher(i: int, wl: Workload, info: str) -> list[str]:
-    """Apply ``info`` to every root op of ``wl``'s kind whose operand types are ``wl``'s.
-    The checks and the annotation are a sequence that stops at the first failed check
-    (another shape), inside one that suppresses that failure (and alone would go on)."""
-    op = domain(wl).op
+def _matcher(i: int, wl: Workload, dom: Domain, info: str) -> list[str]:
+    """Apply ``info`` to every root op of ``wl``'s kind (``dom``: its domain) whose
+    operand types are ``wl``'s. The checks and the annotation are a sequence that stops
+    at the first failed check (another shape), inside one that suppresses that failure
+    (and alone would go on)."""
     # A convolution reaches IREE's configuration generalized (a linalg.generic): its
     # operand types tell it from the other generics.
-    names = ", ".join(f'"{n}"' for n in ([op, "linalg.generic"] if "conv" in op else [op]))
+    ops = [dom.op, "linalg.generic"] if dom.kind == "conv" else [dom.op]
+    names = ", ".join(f'"{n}"' for n in ops)
     lines = [
         f"    %ops{i} = transform.structured.match ops{{[{names}]}} in %variant"
         " : (!transform.any_op) -> !transform.any_op",
@@ -127,7 +128,7 @@ def _matcher(i: int, wl: Workload, info: str) -> list[str]:
         "        transform.sequence %one : !transform.any_op failures(propagate) {",
         "        ^bb2(%op: !transform.any_op):",
     ]
-    if op == "linalg.generic":
+    if dom.kind == "reduction":
         # A row op's root is its first reduction, of the rows alone (one input): a
         # softmax's or layer norm's later generics read the row's statistics too, and
         # IREE refuses a dispatch with a config on two of its ops.
@@ -181,10 +182,11 @@ def tuning_spec(db: Database, *, device, target: str = "iree-llvm-cpu") -> tuple
         found = lookup(db, wl, target=target, device=device)
         if found is None or found.provenance == "epilogue":
             continue
-        info = compilation_info(domain(wl), target, found.config)
+        dom = domain(wl)
+        info = compilation_info(dom, target, found.config)
         if info is None:
             continue
-        blocks.append(_matcher(len(blocks), wl, info))
+        blocks.append(_matcher(len(blocks), wl, dom, info))
         used.append(found)
     lines = [
         "module attributes {transform.with_named_sequence} {",
