@@ -282,6 +282,31 @@ def test_a_job_file_tunes_on_both_iree_backends_through_the_local_farm(tmp_path)
         records.close()
 
 
+def test_a_job_with_a_convolution_iree_builds_its_own_way_says_so_and_ends(tmp_path):
+    """A job's batch-1 convolution task on iree-llvm-cpu: its space is IREE's config alone,
+    so the job says so for that task (not for the matmul beside it), measures it once
+    and ends with the rest of the job instead of waiting on trials it cannot have."""
+    job = tmp_path / "night.toml"
+    job.write_text(
+        'name = "iree"\ntrials = 3\nbatch = 3\nstrategy = "random"\n\n'
+        '[[tasks]]\nname = "stem"\nop = "conv2d"\n'
+        'shape = "n=1,c=8,h=8,w=8,k=16,r=3,s=3,pad=1,layout=NHWC"\n'
+        'targets = ["iree-llvm-cpu"]\n\n'
+        '[[tasks]]\nname = "head"\nop = "matmul"\nshape = "64,48,32"\n'
+        'targets = ["iree-llvm-cpu"]\n'
+    )
+    out = tmp_path / "j.json"
+    res = _run("job", "run", str(job), "--db", str(tmp_path / "j.db"), "--json", str(out),
+               timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-3000:]
+    notes = [line for line in res.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "task stem on iree-llvm-cpu" in notes[0], res.stderr
+    assert "(n: it folds them away)" in notes[0]
+    rows = {r["task"]: r for r in json.loads(out.read_text())["tasks"]}
+    assert rows["stem"]["trials"] == 1 and rows["stem"]["best_gflops"] > 0, rows
+    assert rows["head"]["trials"] == 3, rows
+
+
 def test_bad_iree_input_is_one_line_and_status_2(tmp_path):
     empty = tmp_path / "none.mlir"
     empty.write_text(

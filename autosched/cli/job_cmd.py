@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from autosched.cli.shared import check_writable, open_records
+from autosched.cli.shared import check_writable, open_records, say_dropped
 from autosched.errors import InvalidInputError
 from autosched.records.record import device_label
 from autosched.space.space import ALL_TARGETS
@@ -173,6 +173,8 @@ def cmd_job_run(args: argparse.Namespace) -> int:
     from autosched.tuning import load_job
 
     job = load_job(args.job)
+    for task in job.tasks:
+        say_dropped(task.workload, task.target, task.name)
     deadline = deadline_of(args)
     db = open_records(args.db)
     try:

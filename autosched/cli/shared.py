@@ -100,11 +100,12 @@ def positive(text: str) -> int:
     return value
 
 
-def say_dropped(wl, target: str) -> None:
-    """A line on stderr where IREE will build its own config whatever the tune tries."""
+def say_dropped(wl, target: str, task: str = "") -> None:
+    """A line on stderr where IREE will build its own config whatever the tune tries
+    (``task`` names the job's task it is about)."""
     if target.startswith("iree-"):
         from autosched.iree.linalg import config_dropped
 
         why = config_dropped(wl)
         if why:
-            print(f"note: {why}", file=sys.stderr)
+            print(f"note: {f'task {task} on {target}: ' if task else ''}{why}", file=sys.stderr)
