@@ -171,7 +171,7 @@ def test_on_llvm_the_prior_counts_each_parallel_task_s_fixed_cost(cpu):
     rows = [
         r
         for r in ok
-        if all(r.config[k] == v for k, v in best.config.items() if k != "rows_per_task")
+        if all(r.config.get(k) == v for k, v in best.config.items() if k != "rows_per_task")
     ]
     assert len({r.config["rows_per_task"] for r in rows}) == 20
     scores = prior_score(featurize(space, [Config(r.config) for r in rows]))
