@@ -204,6 +204,69 @@ def test_a_replay_of_several_devices_keeps_each_busy_and_answers_in_order(record
         ReplayRunner([cache], devices=0)
 
 
+def test_proposals_for_several_device_kinds_run_at_once_and_alike(records, monkeypatch):
+    """``proposers=2``: when two devices are free, the batches of two pairs are proposed
+    in two threads at once (a barrier that two proposals must reach together), never two
+    of one pair at once; every pair measures what it measures with one proposer, in the
+    same order, and a pair with two devices free gets two batches that do not overlap."""
+    import threading
+
+    import autosched.tuning.loop as loop
+
+    matmul = records[:96]
+    softmax = _as(read_records(SOFTMAX_ZEN4)[:96], like=matmul[0])
+    caches = caches_from_records(matmul + softmax)
+    job = Job(
+        name="two",
+        tasks=tuple(Task(f"t{i}", c.workload, "opencl", 24) for i, c in enumerate(caches)),
+        strategy="model",
+        seed=3,
+        batch=8,
+    )
+    proposing = loop.propose
+    active: dict[str, int] = {}
+    most: dict[str, int] = {}
+    threads: set[str] = set()
+    meet = threading.Barrier(2, timeout=60)
+    met: set[str] = set()
+    lock = threading.Lock()
+
+    def watched(pair, n):
+        with lock:
+            active[pair.name] = active.get(pair.name, 0) + 1
+            most[pair.name] = max(most.get(pair.name, 0), active[pair.name])
+            first = pair.name not in met
+            if first:
+                threads.add(threading.current_thread().name)
+            met.add(pair.name)
+        try:
+            if first:
+                meet.wait()  # both pairs' first proposals are under way together
+            return proposing(pair, n)
+        finally:
+            with lock:
+                active[pair.name] -= 1
+
+    def run(cache_list, proposers, devices):
+        one = job if len(cache_list) == 2 else dataclasses.replace(job, tasks=job.tasks[:1])
+        runner = ReplayRunner(cache_list, devices=devices, proposers=proposers)
+        result = run_job(one, runner, SQLiteDatabase(":memory:"), finalists=0)
+        return {p.name: [r.config_key for r in p.history] for p in result.pairs}
+
+    alone = run(caches, 1, 2)
+    monkeypatch.setattr(loop, "propose", watched)
+    together = run(caches, 2, 2)
+    assert met == set(together) and len(met) == 2 and meet.n_waiting == 0
+    assert len(threads) == 2 and all(t.startswith("autosched-propose") for t in threads), threads
+    assert max(most.values()) == 1  # a pair's proposals never overlap
+    assert together == alone and all(len(keys) == 24 for keys in alone.values())
+    monkeypatch.setattr(loop, "propose", proposing)
+    one_pair = run(caches[:1], 2, 3)
+    assert one_pair == run(caches[:1], 1, 3)
+    (keys,) = one_pair.values()
+    assert len(keys) == len(set(keys)) == 24
+
+
 def test_a_seeded_replay_is_deterministic(small):
     first = autosched_run(small, "model", 5, 24)
     again = autosched_run(small, "model", 5, 24)

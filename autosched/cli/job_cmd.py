@@ -13,7 +13,7 @@ import sys
 import time
 from pathlib import Path
 
-from autosched.cli.shared import check_writable, open_records, say_dropped
+from autosched.cli.shared import check_writable, open_records, positive, say_dropped
 from autosched.errors import InvalidInputError
 from autosched.records.record import device_label
 from autosched.space.space import ALL_TARGETS
@@ -38,6 +38,15 @@ def add_parser(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) 
     when.add_argument("--hours", type=float, help="stop proposing after this many hours")
     when.add_argument("--until", metavar="HH:MM", help="stop proposing at this local time")
     run.add_argument("--json", metavar="PATH", help="also write the result as JSON")
+    run.add_argument(
+        "--proposers",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="threads proposing batches for different tasks and device kinds at once "
+        "(default: with --scheduler, this machine's cores up to 8; else 1: the embedded "
+        "cluster's devices share this machine's cores)",
+    )
     run.add_argument(
         "--report", metavar="F.html", help="write the morning report (one HTML page) here"
     )
@@ -183,7 +192,12 @@ def cmd_job_run(args: argparse.Namespace) -> int:
             if path:
                 check_writable(path, option)
         result = _run(
-            job, args.scheduler, db, deadline, _security(args) if args.scheduler else None
+            job,
+            args.scheduler,
+            db,
+            deadline,
+            _security(args) if args.scheduler else None,
+            args.proposers,
         )
         if args.report:
             from autosched.report.job import write_job_report
@@ -238,7 +252,7 @@ def _need_dask() -> None:
         ) from None
 
 
-def _run(job, scheduler: str | None, db, deadline: float | None, security=None):
+def _run(job, scheduler: str | None, db, deadline: float | None, security=None, proposers=None):
     _need_dask()
     from distributed import Client
 
@@ -257,13 +271,13 @@ def _run(job, scheduler: str | None, db, deadline: float | None, security=None):
                 f"cannot reach the Dask scheduler at {scheduler}: {exc}; accepted: the "
                 "address `dask scheduler` printed, e.g. tcp://HOST:8786"
             ) from None
-        runner = DaskRunner(client, address=scheduler, security=security)
+        runner = DaskRunner(client, address=scheduler, security=security, proposers=proposers)
         try:
             return _with_progress(job, runner, db, deadline)
         finally:
             runner.client.close()
     with local_cluster(job.targets()) as cluster, Client(cluster) as client:
-        return _with_progress(job, DaskRunner(client), db, deadline)
+        return _with_progress(job, DaskRunner(client, proposers=proposers), db, deadline)
 
 
 def _with_progress(job, runner, db, deadline: float | None):

@@ -26,6 +26,7 @@ NDCG@8 0.82 against 0.89 with these features; top-8 0.65 against 0.68).
 from __future__ import annotations
 
 import math
+import threading
 import weakref
 from collections.abc import Sequence
 
@@ -72,6 +73,7 @@ LOG_TASK_COST = 10.0
 _CACHE_LIMIT = 200_000
 _TOTAL_LIMIT = 500_000
 _caches: weakref.WeakKeyDictionary[Space, dict[Config, np.ndarray]] = weakref.WeakKeyDictionary()
+_CACHES_LOCK = threading.Lock()
 _names: weakref.WeakKeyDictionary[Space, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
@@ -125,14 +127,15 @@ def featurize(
         Array of shape ``(len(configs), len(names))``.
     """
     own = feature_names(space)
-    cache = _caches.get(space)
-    if cache is None:
-        cache = _caches[space] = {}
-    while sum(len(c) for c in _caches.values()) + len(configs) > _TOTAL_LIMIT:
-        largest = max(_caches.values(), key=len)
-        if not largest:
-            break
-        largest.clear()  # the largest starts afresh
+    with _CACHES_LOCK:  # a job proposes for several spaces at once (its threads)
+        cache = _caches.get(space)
+        if cache is None:
+            cache = _caches[space] = {}
+        while sum(len(c) for c in _caches.values()) + len(configs) > _TOTAL_LIMIT:
+            largest = max(_caches.values(), key=len)
+            if not largest:
+                break
+            largest.clear()  # the largest starts afresh
     rows = np.empty((len(configs), len(own)), dtype=np.float32)
     workload = _workload_features(space)
     workload.update(_device_features(space))

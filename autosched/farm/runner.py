@@ -10,6 +10,7 @@ workers comes back as ``KilledWorker``, passed on as a
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 from collections.abc import Sequence
@@ -36,8 +37,20 @@ class DaskRunner:
     timeout, and past that this runner connects anew whenever it is asked for devices.
     """
 
-    def __init__(self, client: Client, *, address: str | None = None, security: Any = None) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        address: str | None = None,
+        security: Any = None,
+        proposers: int | None = None,
+    ) -> None:
+        """``proposers``: threads the job's loop proposes batches in
+        (:func:`autosched.tuning.loop.run_job`); default: with a farm's scheduler
+        (``address``), this machine's cores up to 8; else 1 (an embedded cluster's
+        devices measure on this machine's cores)."""
         self.client = client
+        self.proposers = proposers or (min(8, os.cpu_count() or 1) if address else 1)
         self.address = address
         self.security = security
         self.workers_seen: set[str] = set()  # names of the workers that owned a device

@@ -123,13 +123,17 @@ class ReplayRunner:
     """A :class:`~autosched.tuning.runner.Runner` over replay caches (one device kind
     per distinct fingerprint among them); see the module docstring."""
 
-    def __init__(self, caches: Sequence[ReplayCache], *, devices: int = 1) -> None:
+    def __init__(
+        self, caches: Sequence[ReplayCache], *, devices: int = 1, proposers: int = 1
+    ) -> None:
         """``devices``: how many devices of each kind (a farm's workers): the loop keeps
         that many batches of a kind in flight, and :meth:`wait` hands back one batch at a
         time, the oldest, as devices that take alike long would finish them. So each
-        batch after the first ``devices`` is proposed while ``devices - 1`` are measured."""
+        batch after the first ``devices`` is proposed while ``devices - 1`` are measured.
+        ``proposers``: threads the loop proposes in (:func:`~autosched.tuning.loop.run_job`)."""
         if devices < 1:
             raise ValueError(f"devices must be 1 or more, not {devices}")
+        self.proposers = proposers
         self.caches = {(c.workload.key, c.target, c.slot.device_key): c for c in caches}
         self._slots = {
             c.slot.device_key: dataclasses.replace(c.slot, count=devices) for c in caches
