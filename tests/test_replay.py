@@ -211,7 +211,7 @@ def test_proposals_for_several_device_kinds_run_at_once_and_alike(records, monke
     same order, and a pair with two devices free gets two batches that do not overlap."""
     import threading
 
-    import autosched.tuning.loop as loop
+    import autosched.tuning.proposing as proposing_module
 
     matmul = records[:96]
     softmax = _as(read_records(SOFTMAX_ZEN4)[:96], like=matmul[0])
@@ -223,7 +223,7 @@ def test_proposals_for_several_device_kinds_run_at_once_and_alike(records, monke
         seed=3,
         batch=8,
     )
-    proposing = loop.propose
+    proposing = proposing_module.propose
     active: dict[str, int] = {}
     most: dict[str, int] = {}
     threads: set[str] = set()
@@ -254,13 +254,13 @@ def test_proposals_for_several_device_kinds_run_at_once_and_alike(records, monke
         return {p.name: [r.config_key for r in p.history] for p in result.pairs}
 
     alone = run(caches, 1, 2)
-    monkeypatch.setattr(loop, "propose", watched)
+    monkeypatch.setattr(proposing_module, "propose", watched)
     together = run(caches, 2, 2)
     assert met == set(together) and len(met) == 2 and meet.n_waiting == 0
     assert len(threads) == 2 and all(t.startswith("autosched-propose") for t in threads), threads
     assert max(most.values()) == 1  # a pair's proposals never overlap
     assert together == alone and all(len(keys) == 24 for keys in alone.values())
-    monkeypatch.setattr(loop, "propose", proposing)
+    monkeypatch.setattr(proposing_module, "propose", proposing)
     one_pair = run(caches[:1], 2, 3)
     assert one_pair == run(caches[:1], 1, 3)
     (keys,) = one_pair.values()

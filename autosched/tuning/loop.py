@@ -7,7 +7,8 @@ batch whenever a device kind has a free device; about one batch is in flight per
 device. The records database is the only state: a rerun of the same job skips what is
 measured and tops every pair up to its trials. At the deadline no new batch is
 proposed; the batches in flight are awaited and stored. What the loop knows of each pair,
-and how a pair opens, proposes and stores a batch, is :mod:`autosched.tuning.pair`.
+and how a pair opens, proposes and stores a batch, is :mod:`autosched.tuning.pair`; how
+the free devices get their batches (in threads), :mod:`autosched.tuning.proposing`.
 
 A batch can come back not measured at all: the device's session found that the device
 failed, not the configs (nothing measured, and no measurement child could start or the
@@ -30,10 +31,8 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
 import time
-from collections.abc import Callable, Container, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Container, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -51,11 +50,11 @@ from autosched.tuning.pair import (
     error_record,
     left,
     open_pair,
-    propose,
     sibling_pairs,
     store,
     withdraw,
 )
+from autosched.tuning.proposing import pick, proposed
 from autosched.tuning.runner import BatchRequest, LostBatch, PoisonBatch, Runner, Slot
 from autosched.tuning.scheduler import TaskScheduler, make_policy
 
@@ -250,10 +249,10 @@ def _run_job(
             if time.time() - refreshed > _SLOT_REFRESH_S:
                 refresh()
             while True:  # fill every free device: pick, propose (in parallel), submit
-                picks = _pick(job, policy, pairs, slots, busy, broken, proposers)
+                picks = pick(job, policy, pairs, slots, busy, broken, proposers)
                 if not picks:
                     break
-                for (key, slot, pair, n), configs in _proposed(picks, proposers):
+                for (key, slot, pair, n), configs in proposed(picks, proposers):
                     pair.progress.in_flight += len(configs) - n  # n was held for it
                     if not configs:
                         pair.exhausted = True
@@ -378,96 +377,6 @@ def _waiting_for(
         if key not in slots and key not in broken and left(pair) > 0 and not pair.exhausted:
             waiting.add(f"{pair.slot.target} device {pair.slot.name} ({pair.slot.device_key})")
     return waiting
-
-
-def _pick(
-    job: Job,
-    policy: TaskScheduler,
-    pairs: list[Pair],
-    slots: dict[str, Slot],
-    busy: dict[str, int],
-    broken: Container[str],
-    proposers: int,
-) -> list[tuple[str, Slot, Pair, int]]:
-    """The policy's picks for the devices free now: (device key, slot, pair, trials held
-    for its batch). Each pick's trials count as in flight at once (``progress.start``), so
-    the policy's next pick sees them, as it saw a proposed batch's before. With one proposer
-    one pick at a time: the loop proposes and submits it before the policy picks again."""
-    picks: list[tuple[str, Slot, Pair, int]] = []
-    held: dict[int, int] = {}  # pair index -> trials held for its picks of this round
-    for key, slot in slots.items():
-        taken = 0
-        while key not in broken and busy.get(key, 0) + taken < slot.count:
-            if proposers <= 1 and picks:
-                return picks
-            mine = [i for i, p in enumerate(pairs) if p.slot.device_key == key]
-            eligible = [
-                i for i in mine if left(pairs[i]) > held.get(i, 0) and not pairs[i].exhausted
-            ]
-            progress_now = [p.progress for p in pairs]
-            i = policy.next_task(progress_now, eligible)
-            if i is None:
-                break
-            room = policy.room(progress_now, i)
-            n = min(
-                job.batch if room is None else min(job.batch, room), left(pairs[i]) - held.get(i, 0)
-            )
-            held[i] = held.get(i, 0) + n
-            pairs[i].progress.start(n)
-            picks.append((key, slot, pairs[i], n))
-            taken += 1
-    return picks
-
-
-def _proposed(
-    picks: Sequence[tuple[str, Slot, Pair, int]], proposers: int
-) -> Iterator[tuple[tuple[str, Slot, Pair, int], list[Config]]]:
-    """Each pick with its batch, in the picks' order, each as soon as it and the ones
-    before it are proposed (so its device gets it then). The picks of one pair are
-    proposed in turn, each knowing the ones before it as in flight; different pairs' in
-    up to ``proposers`` threads at once (a fit of the cost model, most of a proposal,
-    runs outside the GIL), so a farm's client that proposes for many devices keeps them
-    busy. The order, and so every search, is the same whatever ``proposers`` is."""
-    lanes: dict[int, list[int]] = {}  # one lane per pair, its picks in order
-    for j, pick in enumerate(picks):
-        lanes.setdefault(id(pick[2]), []).append(j)
-
-    def one(j: int) -> list[Config]:
-        _, _, pair, n = picks[j]
-        configs = propose(pair, n)
-        pair.in_flight.update(c.key for c in configs)
-        return configs
-
-    if proposers <= 1 or len(lanes) == 1:
-        for j, pick in enumerate(picks):
-            yield pick, one(j)
-        return
-    done: dict[int, list[Config] | BaseException] = {}
-    ready = threading.Condition()
-
-    def lane(js: list[int]) -> None:
-        for k, j in enumerate(js):
-            try:
-                result: list[Config] | BaseException = one(j)
-            except BaseException as exc:  # noqa: BLE001 - raised in the loop's thread
-                with ready:
-                    done.update({later: exc for later in js[k:]})
-                    ready.notify_all()
-                return
-            with ready:
-                done[j] = result
-                ready.notify_all()
-
-    with ThreadPoolExecutor(min(proposers, len(lanes)), "autosched-propose") as pool:
-        for js in lanes.values():
-            pool.submit(lane, js)
-        for j, pick in enumerate(picks):
-            with ready:
-                ready.wait_for(lambda j=j: j in done)
-                result = done.pop(j)
-            if isinstance(result, BaseException):
-                raise result
-            yield pick, result
 
 
 def _chosen(db: Database, pair: Pair) -> Record | None:
