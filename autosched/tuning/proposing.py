@@ -64,8 +64,8 @@ def proposed(
     runs outside the GIL), so a farm's client that proposes for many devices keeps them
     busy. The order, and so every search, is the same whatever ``proposers`` is."""
     lanes: dict[int, list[int]] = {}  # one lane per pair, its picks in order
-    for j, pick in enumerate(picks):
-        lanes.setdefault(id(pick[2]), []).append(j)
+    for j, chosen in enumerate(picks):
+        lanes.setdefault(id(chosen[2]), []).append(j)
 
     def one(j: int) -> list[Config]:
         _, _, pair, n = picks[j]
@@ -74,8 +74,8 @@ def proposed(
         return configs
 
     if proposers <= 1 or len(lanes) == 1:
-        for j, pick in enumerate(picks):
-            yield pick, one(j)
+        for j, chosen in enumerate(picks):
+            yield chosen, one(j)
         return
     done: dict[int, list[Config] | BaseException] = {}
     ready = threading.Condition()
@@ -96,10 +96,10 @@ def proposed(
     with ThreadPoolExecutor(min(proposers, len(lanes)), "autosched-propose") as pool:
         for js in lanes.values():
             pool.submit(lane, js)
-        for j, pick in enumerate(picks):
+        for j, chosen in enumerate(picks):
             with ready:
                 ready.wait_for(lambda j=j: j in done)
                 result = done.pop(j)
             if isinstance(result, BaseException):
                 raise result
-            yield pick, result
+            yield chosen, result
