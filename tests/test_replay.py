@@ -52,6 +52,7 @@ from bench.replay_strategies import (  # noqa: E402
 ZEN4 = ROOT / "bench" / "replay" / "matmul-512-opencl-zen4.jsonl.gz"
 AWKWARD_ZEN4 = ROOT / "bench" / "replay" / "matmul-127x1000x333-opencl-zen4.jsonl.gz"
 SOFTMAX_ZEN4 = ROOT / "bench" / "replay" / "softmax-1536x128-opencl-zen4.jsonl.gz"
+AWKWARD_ZEN5 = ROOT / "bench" / "replay" / "matmul-127x1000x333-opencl-zen5.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
@@ -70,9 +71,9 @@ def small(records):
 def test_a_records_file_is_one_cache_per_workload_and_device():
     """One cache per workload and device; a config measured more than once (the
     finalists, re-timed at the end) carries the geometric mean of its readings (the Zen
-    4's OpenCL softmax sample: each short kernel timed alone, no batch drift to take
-    out; see tests/test_replay_drift.py for samples with batches)."""
-    records = read_records(SOFTMAX_ZEN4)
+    5's OpenCL 127x1000x333 matmul: no batch drift the fit can measure; see
+    tests/test_replay_drift.py for samples with batches)."""
+    records = read_records(AWKWARD_ZEN5)
     (cache,) = caches_from_records(records)
     assert len(cache.records) == len({r.config_key for r in records}) == 1000
     assert cache.slot.device_key == records[0].device_key

@@ -108,15 +108,13 @@ def test_readings_without_drift_are_left_as_measured(records):
 
 
 def test_the_drift_of_a_measured_sample_explains_its_repeated_readings():
-    """On the Zen 4 llvm sample of the 127x1000x333 matmul (48 batches of 32 configs and
-    the control), the configs measured in several batches scatter around their means by
-    less than half as much once each batch's drift is taken out: the drift is the
-    machine's, not the configs'."""
-    recs = [
-        r
-        for r in read_records(ROOT / "bench/replay/matmul-127x1000x333-llvm-zen4.jsonl.gz")
-        if r.ok
-    ]
+    """On the Zen 4 llvm sample of the 127x1000x333 matmul of 2026-12-01 (48 batches of
+    32 configs and the control; kept in bench/replay/aside/ since the sample was measured
+    again on a steadier day), the configs measured in several batches scatter around
+    their means by less than half as much once each batch's drift is taken out: the
+    drift is the machine's, not the configs'."""
+    path = ROOT / "bench/replay/aside/matmul-127x1000x333-llvm-zen4-dec01.jsonl.gz"
+    recs = [r for r in read_records(path) if r.ok]
     factors = batch_drift(recs)
     counts: dict[str, int] = {}
     for r in recs:
