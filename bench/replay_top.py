@@ -11,7 +11,8 @@ found as fast a kernel, and a single lucky reading decides which search "wins".
 
 This reads the sample's top configs again on the device that measured it, through the
 tuner's own batch measurement (how the sample's readings were taken), one batch of them
-at a time in alternating order, until each of the ``--top`` fastest (drift taken out,
+at a time in alternating order (with the fastest so far in each, a batch control that
+links every batch), until each of the ``--top`` fastest (drift taken out,
 :func:`autosched.records.drift.drift_free`) holds ``--reads`` readings: a config that
 falls out of the top on its new readings is not read again, one that climbs into it is.
 The records are appended to the sample file (the records export format), where the
@@ -74,11 +75,14 @@ def firm(
     batches = 0
     for n in range(passes):
         count = readings(records)
-        due = [r for r in ranked(records)[:top] if count[r.config_key] < reads]
+        order = ranked(records)
+        due = [r for r in order[:top] if count[r.config_key] < reads]
         if not due:
             break
         if n % 2:
             due.reverse()
+        if order[0] not in due:  # the best so far rides along: every batch links to it
+            due.insert(len(due) // 2, order[0])
         request = BatchRequest(
             first.workload, first.target, first.device_key, tuple(r.config for r in due)
         )
