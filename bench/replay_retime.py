@@ -58,6 +58,26 @@ def picks(cache: ReplayCache, top: int, random: int, seed: int) -> tuple[list, l
     return ranked[:top], [rest[i] for i in sorted(drawn)]
 
 
+def session_for(
+    sessions: dict[str, DeviceSession], cache: ReplayCache, name: str
+) -> DeviceSession | None:
+    """A measuring session on this machine's device of ``cache``'s target (opened once
+    per target into ``sessions``), or None, said in one line, where ``cache`` (the
+    sample ``name``) was measured on another device."""
+    target = cache.target
+    if target not in sessions:
+        device = select_device(None, target=target)
+        sessions[target] = DeviceSession(device, target, timing=TimingOptions())
+    here = sessions[target].slot().device_key
+    if here != cache.slot.device_key:
+        print(
+            f"{name}: measured on device {cache.slot.device_key}, not this machine's "
+            f"{here} ({cache.slot.name}); skipped"
+        )
+        return None
+    return sessions[target]
+
+
 def measure_sample(
     session: DeviceSession, cache: ReplayCache, args: argparse.Namespace
 ) -> dict[str, Any]:
@@ -127,16 +147,8 @@ def main() -> None:
         for path in files:
             (cache,) = load_caches(path)
             target = cache.target
-            if target not in sessions:
-                device = select_device(None, target=target)
-                sessions[target] = DeviceSession(device, target, timing=TimingOptions())
-            session = sessions[target]
-            here = session.slot().device_key
-            if here != cache.slot.device_key:
-                print(
-                    f"{Path(path).name}: measured on device {cache.slot.device_key}, not "
-                    f"this machine's {here} ({cache.slot.name}); skipped"
-                )
+            session = session_for(sessions, cache, Path(path).name)
+            if session is None:
                 continue
             row = {
                 "file": Path(path).name,

@@ -31,14 +31,13 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from autosched.measure.device import select_device
-from autosched.measure.runner import TimingOptions
 from autosched.records.drift import drift_free
 from autosched.records.files import write_atomically
 from autosched.records.record import Record, canonical_json
 from autosched.tuning.replay import caches_from_records, read_records
 from autosched.tuning.runner import BatchRequest, DeviceSession
 from bench.iree import machine_summary
+from bench.replay_retime import session_for
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results"
@@ -107,20 +106,12 @@ def main() -> None:
         for path in args.files:
             records = read_records(path)
             (cache,) = caches_from_records(records)
-            target = cache.target
-            if target not in sessions:
-                device = select_device(None, target=target)
-                sessions[target] = DeviceSession(device, target, timing=TimingOptions())
-            here = sessions[target].slot().device_key
-            if here != cache.slot.device_key:
-                print(
-                    f"{path.name}: measured on device {cache.slot.device_key}, not this "
-                    f"machine's {here} ({cache.slot.name}); skipped"
-                )
+            session = session_for(sessions, cache, path.name)
+            if session is None:
                 continue
             t0 = time.time()
             before = summary(records)
-            firmed, batches = firm(sessions[target], records, args.top, args.reads, args.passes)
+            firmed, batches = firm(session, records, args.top, args.reads, args.passes)
             lines = (canonical_json(r.to_json()) + "\n" for r in firmed)
             write_atomically(
                 path,
@@ -133,7 +124,7 @@ def main() -> None:
             row = {
                 "file": path.name,
                 "cpu": cache.slot.name,
-                "target": target,
+                "target": cache.target,
                 "workload": str(cache.workload),
                 "configs": len(cache.records),
                 "records_added": len(firmed) - len(records),
