@@ -6,11 +6,21 @@ root, whose imports reach most of autosched. Both go into every device fingerpri
 
 from __future__ import annotations
 
+import functools
+
 __version__ = "0.1.0"
 
 
+@functools.cache
 def tvm_version() -> str:
-    """The installed ``apache-tvm`` distribution's version, or ``"unknown"``."""
+    """The ``apache-tvm`` distribution's version, or ``"unknown"``: read once per process.
+
+    The TVM a process runs is the one it loaded, whatever is installed later, and the
+    fingerprint, and so the device key, must not change under a running tune or farm
+    worker. Read afresh on each call, it did: a tune whose virtual environment was made
+    again beside it (the same path) read the key of a half-installed TVM, its finalists'
+    batch reached a "different" device, and the tune ended in a traceback.
+    """
     from importlib.metadata import PackageNotFoundError, version
 
     try:

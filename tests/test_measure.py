@@ -226,6 +226,25 @@ def test_registers_per_group_enter_the_fingerprint_only_where_the_driver_says(de
     assert warp.fingerprint()["subgroup_size"] == 32 and warp.limits.subgroup_size == 32
 
 
+def test_a_device_s_key_stays_while_the_installed_packages_change(device, monkeypatch):
+    """The TVM a process runs is the one it loaded: its version, and so every device
+    key, is read once, not afresh from the installed packages' metadata (a tune whose
+    virtual environment was installed again beside it, at the same path, changed its
+    OpenCL device's key between two batches: its finalists went to a device no session
+    had, and the tune ended in a traceback)."""
+    import importlib.metadata
+
+    from autosched.measure.cpu import host_cpu
+
+    before = (device.key("opencl"), host_cpu().key("llvm"))
+
+    def uninstalled(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", uninstalled)
+    assert (device.key("opencl"), host_cpu().key("llvm")) == before
+
+
 def test_a_gpu_driver_that_no_icd_file_registers_is_named_with_the_fix(tmp_path):
     """A container with NVIDIA's OpenCL library mounted but no /etc/OpenCL/vendors entry:
     OpenCL lists only the CPU platform, and autosched says what to write where."""
