@@ -40,6 +40,7 @@ def describe_gpu(space: ContractionSpace, config: Config) -> dict[str, float]:
         "log_reg": math.log2(reg),
         "log_acc": math.log2(reg) if red else 0.0,
         "log_vec": math.log2(config["vec"]),
+        "log_vec_auto": 0.0,  # OpenCL: what the driver makes of it is its own to say
         "vec_regs": reg / config["vec"],
         "log_chunk": math.log2(chunk),
         "log_unroll": math.log2(unroll),
@@ -93,8 +94,60 @@ def _log_panel_reads(space: ContractionSpace, config: Config, packed) -> float:
     return math.log2(most)
 
 
+# The most scalar multiply-adds one trip of a loop may hold, all of its inner loops
+# unrolled, for LLVM to vectorise the loop itself (see :func:`compiled_form`).
+UNROLLED_BODY = 32
+
+
+def compiled_form(space: ContractionSpace, config: Config) -> Config:
+    """The explicit-vector config whose code LLVM makes of a scalar (``vec`` 1) llvm
+    config, or ``config`` itself.
+
+    LLVM vectorises scalar code along the axis its vectors would run on (contiguous in
+    the output) two ways. Its SLP vectoriser packs a register tile's unrolled
+    statements along that axis into vectors, up to the native width: the form is the
+    same tile at that width (in the assembly of the Zen 4's 7x7 conv samples, scalar
+    configs with 32 or 64 outputs along it ran 16-lane FMAs; 4 or 8, 4 or 8-lane ones).
+    Its loop vectoriser takes the innermost loop that is left once it has unrolled the
+    small ones inside: in block order (the reduction chunk inside the tile loops) the
+    tile loop along that axis, with no register tile along it, is that loop where the
+    loops inside it hold at most :data:`UNROLLED_BODY` multiply-adds in all; the form
+    walks that axis a native vector per tile (a remainder counted as padding). In the Zen 4's llvm samples every such
+    config ran 16-lane FMAs and at 0.27-1.00 of the sample's best (the 7x7 conv's best
+    two, the 3x3's best), while those with 48 or more ran at 0.22 or less, their
+    vectors mostly scalar.
+    """
+    if config["vec"] != 1:
+        return config
+    lanes = max(1, space.limits.vector_lanes)
+    axis = space.vec_axis(config)
+    mid, reg = config[f"tile.{axis}"]
+    nest = space.nest
+    last = config["tile_inner"]
+    order = [a.name for a in nest.spatial if a.name != last] + [last]
+    inside = (
+        math.prod(config[f"tile.{a}"][0] for a in order[order.index(axis) + 1 :])
+        * math.prod(config[f"tile.{a.name}"][0] for a in nest.reduction)
+        * math.prod(config[f"tile.{a.name}"][1] for a in nest.spatial)
+    )
+    block_order = not nest.reduction or config["reduce_at"] == "block"
+    if reg == 1 and mid >= lanes and block_order and inside <= UNROLLED_BODY:
+        return config.replace(vec=lanes, **{f"tile.{axis}": (-(-mid // lanes), lanes)})
+    width = min(lanes, reg & -reg)  # the largest power of two dividing the tile
+    return config.replace(vec=width) if width > 1 else config
+
+
 def describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
-    """Features of an llvm config (parallel tasks, register tiles, packing)."""
+    """Features of an llvm config (parallel tasks, register tiles, packing): those of
+    the code LLVM makes of it (:func:`compiled_form`), and ``log_vec_auto``, log2 of the
+    vector width LLVM gave it beyond its own."""
+    form = compiled_form(space, config)
+    feats = _describe_cpu(space, form)
+    feats["log_vec_auto"] = math.log2(form["vec"] / config["vec"])
+    return feats
+
+
+def _describe_cpu(space: ContractionSpace, config: Config) -> dict[str, float]:
     itemsize = np.dtype(space.workload.dtype).itemsize
     nest = space.nest
     reg = space.reg_elems(config)

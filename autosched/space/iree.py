@@ -308,6 +308,7 @@ class IreeSpace(Space):
             "log_groups": math.log2(self.tasks(config)),
             "log_reg": math.log2(reg),
             "log_acc": math.log2(reg) if d.reduction else 0.0,
+            "log_vec_auto": 0.0,
             "log_vec": math.log2(inner),
             "intensity": outputs / max(1, loads),
             "staged": staged,

@@ -54,6 +54,7 @@ def describe_rows(space: RowSpace, config: Config) -> dict[str, float]:
         "log_groups": math.log2(groups),
         "log_reg": math.log2(vec * unroll),
         "log_acc": 0.0,  # no register tile held through a reduction
+        "log_vec_auto": 0.0,
         "log_vec": math.log2(vec),
         "intensity": space.workload.flops() / max(moved, 1),
         "staged": float(cross),
