@@ -242,7 +242,7 @@ def prior_score(X: np.ndarray, *, vectors: bool = True) -> np.ndarray:
     less :data:`AUTO_VECTOR_COST`: what the compiler's heuristics find runs, on the
     whole, behind the same width asked for. On the 16 llvm contraction samples of four
     CPUs (Xeon 6, Zen 3, 4 and 5), the best of the five whose best config is scalar
-    ranked 42nd-149th by the prior without the cost and 61st-236th with it (333rd-924th
+    ranked 27th-149th by the prior without the cost and 61st-236th with it (333rd-924th
     read as scalar), while the prior's top 8 held 0.50 of the best on average without
     the cost and 0.56 with it, as when read as scalar (the compiler's vectors of the
     SLP kind, scalar register tiles along the output's contiguous axis, crowded it);

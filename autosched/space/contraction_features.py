@@ -106,16 +106,18 @@ def compiled_form(space: ContractionSpace, config: Config) -> Config:
     LLVM vectorises scalar code along the axis its vectors would run on (contiguous in
     the output) two ways. Its SLP vectoriser packs a register tile's unrolled
     statements along that axis into vectors, up to the native width: the form is the
-    same tile at that width (in the assembly of the Zen 4's 7x7 conv samples, scalar
-    configs with 32 or 64 outputs along it ran 16-lane FMAs; 4 or 8, 4 or 8-lane ones).
-    Its loop vectoriser takes the innermost loop that is left once it has unrolled the
-    small ones inside: in block order (the reduction chunk inside the tile loops) the
-    tile loop along that axis, with no register tile along it, is that loop where the
-    loops inside it hold at most :data:`UNROLLED_BODY` multiply-adds in all; the form
-    walks that axis a native vector per tile (a remainder counted as padding). In the Zen 4's llvm samples every such
-    config ran 16-lane FMAs and at 0.27-1.00 of the sample's best (the 7x7 conv's best
-    two, the 3x3's best), while those with 48 or more ran at 0.22 or less, their
-    vectors mostly scalar.
+    same tile at that width (in the assembly of the Zen 4's 7x7 conv sample, scalar
+    configs with 32 or 64 outputs along it ran mostly 16-lane FMAs). Its loop
+    vectoriser takes the innermost loop that is left once it has unrolled the small
+    ones inside: in block order (the reduction chunk inside the tile loops) the tile
+    loop along that axis, with no register tile along it, is that loop where the loops
+    inside it hold at most :data:`UNROLLED_BODY` multiply-adds in all; the form walks
+    that axis a native vector per tile (a remainder counted as padding). In the
+    assembly of the Zen 4's 7x7 conv and 512^3 matmul samples every such config ran
+    16-lane FMAs, at 0.27-1.00 of its sample's best (the 7x7's best two among them; the
+    3x3 conv's best is one too), while those with 48 or more inside ran at 0.23 or less.
+    Re-timed side by side there, the 7x7's four best scalar configs ran at 0.85-0.96 of
+    their forms (which that sample had not drawn).
     """
     if config["vec"] != 1:
         return config
