@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from autosched.space.config import Config
+from autosched.space.contraction_knobs import mid_order
 
 if TYPE_CHECKING:
     from autosched.space.contraction import ContractionSpace
@@ -125,8 +126,7 @@ def compiled_form(space: ContractionSpace, config: Config) -> Config:
     axis = space.vec_axis(config)
     mid, reg = config[f"tile.{axis}"]
     nest = space.nest
-    last = config["tile_inner"]
-    order = [a.name for a in nest.spatial if a.name != last] + [last]
+    order = mid_order(nest, config)  # the tile loops as the lowering builds them
     inside = (
         math.prod(config[f"tile.{a}"][0] for a in order[order.index(axis) + 1 :])
         * math.prod(config[f"tile.{a.name}"][0] for a in nest.reduction)

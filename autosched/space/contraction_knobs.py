@@ -85,6 +85,15 @@ def inner_widths(space: ContractionSpace) -> list[int]:
     return sorted(vecs)
 
 
+def mid_order(nest, config) -> list[str]:
+    """llvm: the spatial axes in the order of their tile loops inside a task, outermost
+    first: ``tile_inner``'s last (the register tiles it walks share the other operands'
+    panels, which stay in L1 while its own operand streams), the rest in nest order.
+    The lowering builds its loops in this order and the features read it from here."""
+    last = config["tile_inner"]
+    return [a.name for a in nest.spatial if a.name != last] + [last]
+
+
 def _fusion_knobs(space: ContractionSpace) -> list[Knob]:
     knobs = [Knob("fuse", (True, False))] if space.nest.epilogue else []
     return knobs + [Knob(f"fuse.{name}", (True, False)) for name in space.nest.produced]

@@ -11,6 +11,7 @@ import math
 from typing import TYPE_CHECKING
 
 from autosched.space.config import Config
+from autosched.space.contraction_knobs import mid_order
 from autosched.space.im2col import rewrite
 from autosched.space.loopnest import analyze
 from autosched.space.opencl_copies import pack_panels, schedule_elementwise
@@ -333,10 +334,8 @@ def _apply_cpu(sch, space: Space, config: Config) -> None:
         outer.append(o)
         mids[ax.name] = mid
         regs.append(ro)
-    # The chosen axis' mid loop goes innermost: the register tiles it walks share the
-    # other operand's panel, which stays in L1 while this axis' operand streams.
-    last = config["tile_inner"]
-    mid_loops = [mids[a.name] for a in nest.spatial if a.name != last] + [mids[last]]
+    # The chosen axis' mid loop goes innermost (see mid_order).
+    mid_loops = [mids[name] for name in mid_order(nest, config)]
     red_outer, red_mid, red_inner = _split_reductions(sch, nest, config, by_axis)
     block_order = bool(nest.reduction) and config["reduce_at"] == "block"
     if block_order:
