@@ -130,7 +130,7 @@ def compiled_form(space: ContractionSpace, config: Config) -> Config:
     inside = (
         math.prod(config[f"tile.{a}"][0] for a in order[order.index(axis) + 1 :])
         * math.prod(config[f"tile.{a.name}"][0] for a in nest.reduction)
-        * math.prod(config[f"tile.{a.name}"][1] for a in nest.spatial)
+        * space.reg_elems(config)
     )
     block_order = not nest.reduction or config["reduce_at"] == "block"
     if reg == 1 and mid >= lanes and block_order and inside <= UNROLLED_BODY:

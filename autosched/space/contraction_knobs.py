@@ -16,7 +16,9 @@ from autosched.space.space import (
 )
 
 if TYPE_CHECKING:
+    from autosched.space.config import Config
     from autosched.space.contraction import ContractionSpace
+    from autosched.space.loopnest import LoopNest
 
 MAX_REG_PER_AXIS = 64
 MAX_THREADS_PER_AXIS = 256
@@ -85,7 +87,7 @@ def inner_widths(space: ContractionSpace) -> list[int]:
     return sorted(vecs)
 
 
-def mid_order(nest, config) -> list[str]:
+def mid_order(nest: LoopNest, config: Config) -> list[str]:
     """llvm: the spatial axes in the order of their tile loops inside a task, outermost
     first: ``tile_inner``'s last (the register tiles it walks share the other operands'
     panels, which stay in L1 while its own operand streams), the rest in nest order.
