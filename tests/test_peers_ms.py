@@ -6,12 +6,11 @@ Real parts: TVM MetaSchedule tuning a small matmul for the host CPU (its own bui
 runner), TVM codegen, autosched's measuring worker checking each rebuilt program.
 
 The tune runs in a fresh interpreter (spawned) holding the modules it needs, as in
-bench/peers' own process: importing
-MetaSchedule's tensor intrinsics calls ``inspect.stack()`` once per TVMScript function,
-and each call walks every loaded module. On a Zen 4 that import took 21 s with TVM's
-2,000 modules loaded and 69 s with 3,900 (pandas, scikit-learn, Dask distributed,
-matplotlib and the rest that the other test files import into a test worker); in CI
-this test took 154-184 s.
+bench/peers' own process: importing MetaSchedule's tensor intrinsics calls
+``inspect.stack()`` once per TVMScript function, and each call walks every loaded
+module. On a Zen 4 that import took 21 s with TVM's 2,000 modules loaded and 69 s with
+3,900 (pandas, scikit-learn, Dask distributed, matplotlib and the rest that the other
+test files import into a test worker); in CI this test took 154-184 s.
 """
 
 from __future__ import annotations
