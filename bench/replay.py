@@ -61,7 +61,9 @@ from bench.replay_strategies import (  # noqa: E402
 )
 
 CACHE_DIR = HERE / "replay"
-FIRST_PROPOSAL = 2  # an autosched run's first trial is the default config
+# An autosched run's trials before its strategy proposes (the space's seeds), where an
+# entry does not say (bench/replay_strategies.fixed_trials).
+FIXED_TRIALS = 1
 # Scores and fractions equal but for float rounding (summed in another order, 5e-15
 # apart) are a tie, not a loss.
 TIE = 1e-9
@@ -170,7 +172,7 @@ def _search(i: int, strategy: str, seed: int, budget: int) -> list[str]:
 
 
 def _targets(
-    strategies: dict[str, dict[str, Any]], fixed: int = FIRST_PROPOSAL - 1
+    strategies: dict[str, dict[str, Any]], fixed: int = FIXED_TRIALS
 ) -> dict[str, bool | None]:
     """The issue's replay targets for autosched-model (None where a peer is missing);
     ``fixed``: the trials every autosched run spends before its strategy proposes."""
@@ -198,9 +200,9 @@ def _targets(
         def t95(s: dict[str, Any]) -> float:
             return float("inf") if s["trials_to_95"] is None else s["trials_to_95"]
 
-        # Trial 1 is the default config, then the space's seeds: where the cold search
-        # reaches 95 % with one of them or its first proposal, no start can need fewer,
-        # and equal is the target.
+        # The first trials are the space's seeds: where the cold search reaches 95 %
+        # with one of them or its first proposal, no start can need fewer, and equal is
+        # the target.
         out["transfer_fewer_trials_than_cold"] = t95(tr) < t95(mine) or (
             t95(tr) == t95(mine) <= fixed + 1
         )
@@ -209,7 +211,7 @@ def _targets(
 
 
 def _support(
-    file: str, strategies: dict[str, dict[str, Any]], fixed: int = FIRST_PROPOSAL - 1
+    file: str, strategies: dict[str, dict[str, Any]], fixed: int = FIXED_TRIALS
 ) -> dict[str, float]:
     """How often each target holds over bootstrap resamples of the strategies' seeds
     (:func:`bench.replay_metrics.support`), resampled alike for every run of ``file``."""

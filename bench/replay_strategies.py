@@ -75,11 +75,11 @@ def autosched_run(
 
 def fixed_trials(cache: ReplayCache) -> int:
     """Trials every autosched run of ``cache`` spends before its strategy proposes: the
-    default config, then the space's seeds that the sample holds
+    space's seeds other than the default config, which comes last in the first batch
     (:func:`autosched.tuning.pair.propose`)."""
     space = ReplayRunner([cache]).space(cache.workload, target=cache.target, slot=cache.slot)
     default = space.default().key
-    return 1 + len({c.key for c in space.seeds() if c.key != default})
+    return len({c.key for c in space.seeds() if c.key != default})
 
 
 def _distinct(keys: Sequence[str]) -> list[str]:

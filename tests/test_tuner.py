@@ -106,7 +106,7 @@ def test_kill_mid_run_then_rerun_resumes(tmp_path):
     with sqlite3.connect(db) as c:
         assert c.execute("pragma integrity_check").fetchone()[0] == "ok"
         before = c.execute("select count(*) from records").fetchone()[0]
-    assert before % 3 == 1  # the default alone, then whole batches of 3
+    assert before % 3 == 0  # whole batches of 3 (the default the first's last)
     out = tmp_path / "resume.json"
     done = _cli(*cmd[3:], "--json", str(out))
     assert done.returncode == 0, done.stderr
@@ -327,17 +327,18 @@ def test_a_tune_times_its_best_again_in_each_batch_and_stores_that_record(tmp_pa
     db_path = tmp_path / "records.db"
     wl = autosched.workload("matmul", M=64, N=64, K=64)
     result = autosched.tune(
-        wl, trials=13, batch=6, strategy="model", db=db_path, seed=3, timing=QUICK, finalists=0
+        wl, trials=16, batch=6, strategy="model", db=db_path, seed=3, timing=QUICK, finalists=0
     )
-    # Batches: the default alone, then 6 and 6 new configs, each with the best so far.
-    assert result.trials == 13 and len(result.history) == 13
-    assert len({r.config_key for r in result.history}) == 13
+    # Batches: 6 configs (the default the last), then 6 and 4 new configs, each of these
+    # two with the best so far.
+    assert result.trials == 16 and len(result.history) == 16
+    assert len({r.config_key for r in result.history}) == 16
     db = SQLiteDatabase(db_path)
     try:
         stored = sorted(db.query(workload_key=wl.key), key=lambda r: r.id)
     finally:
         db.close()
-    assert len(stored) == 15  # every measurement kept as taken, the two controls' too
+    assert len(stored) == 18  # every measurement kept as taken, the two controls' too
     keys = [r.config_key for r in stored]
     again = [i for i, k in enumerate(keys) if k in keys[:i]]
     assert len(again) == 2

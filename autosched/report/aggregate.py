@@ -9,8 +9,9 @@ How records are read (the tuner writes them so, see :mod:`autosched.tuner`):
   all re-measurements are that run's finalists, measured side by side with the default
   schedule.
 * The default schedule is ``Space.default()`` of the workload for the device limits
-  in the record's fingerprint; when the space cannot be rebuilt, the first config of
-  the earliest run (the tuner always measures the default first).
+  in the record's fingerprint; when the space cannot be rebuilt, none is shown (the
+  tuner measured it first until 2026-12-07 and last in its first batch since, so no
+  place in a run says which it is).
 """
 
 from __future__ import annotations
@@ -63,15 +64,13 @@ class SpaceCache:
         return space
 
 
-def _default_key(first: Record, records: Sequence[Record], spaces: SpaceCache) -> str | None:
+def _default_key(first: Record, spaces: SpaceCache) -> str | None:
     try:
         limits = device_limits(first.device, first.target)
         return spaces.get(first.workload, first.target, limits).default().key
     except (AutoschedError, KeyError, TypeError, ValueError) as exc:
-        log.info("cannot rebuild the space of %s (%s); default = first config", first.op, exc)
-    earliest = min(records, key=lambda r: (r.timestamp, r.id or 0))
-    first_of_run = [r for r in records if r.run_id == earliest.run_id]
-    return first_of_run[0].config_key if first_of_run else None
+        log.info("cannot rebuild the space of %s (%s); no default shown", first.op, exc)
+    return None
 
 
 def split_final(records: Sequence[Record]) -> list[bool]:
@@ -122,7 +121,7 @@ def build_section(
     first = records[0]
     final_mask = split_final(records)
     search = [r for r, f in zip(records, final_mask) if not f]
-    default_key = _default_key(first, records, spaces)
+    default_key = _default_key(first, spaces)
 
     # Runs, in order of their first record.
     runs: list[RunInfo] = []
