@@ -75,11 +75,12 @@ def autosched_run(
 
 def fixed_trials(cache: ReplayCache) -> int:
     """Trials every autosched run of ``cache`` spends before its strategy proposes: the
-    space's seeds other than the default config, which comes last in the first batch
-    (:func:`autosched.tuning.pair.propose`)."""
+    space's seeds, after the default config where that is the compiler's own choice
+    (IREE's; TVM's comes last in the first batch: :func:`autosched.tuning.pair.propose`)."""
     space = ReplayRunner([cache]).space(cache.workload, target=cache.target, slot=cache.slot)
     default = space.default().key
-    return len({c.key for c in space.seeds() if c.key != default})
+    seeds = len({c.key for c in space.seeds() if c.key != default})
+    return seeds + int(space.heuristic_default)
 
 
 def _distinct(keys: Sequence[str]) -> list[str]:

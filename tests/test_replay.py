@@ -670,7 +670,7 @@ def test_a_tie_for_the_highest_score_is_the_highest_and_a_lower_score_is_not():
 def test_the_benchmark_run_as_a_file_sees_iree_itself_not_bench_s_iree_module():
     """``python bench/replay.py`` puts bench/ first on the path, where bench/iree.py
     stood in for IREE's package: the IREE spaces lost IREE's own config, their seed, so
-    a replayed run spent no fixed trial where a live one spends one (IREE's config)."""
+    a replayed run spent one fixed trial (the default) where a live one spends two."""
     script = (
         "import runpy, sys\n"
         "script, sample = sys.argv[1:]\n"
@@ -691,7 +691,7 @@ def test_the_benchmark_run_as_a_file_sees_iree_itself_not_bench_s_iree_module():
         cwd=ROOT / "bench",  # the folder first on the path, as running the file puts it
     )
     package, fixed = out.stdout.split()
-    assert "/bench/" not in package and fixed == "1", out.stdout + out.stderr[-2000:]
+    assert "/bench/" not in package and fixed == "2", out.stdout + out.stderr[-2000:]
 
 
 def test_every_autosched_run_starts_with_the_fixed_trials_and_a_tie_there_is_the_target():
@@ -717,6 +717,30 @@ def test_every_autosched_run_starts_with_the_fixed_trials_and_a_tie_there_is_the
 
     assert transfer(2.0, 2) and transfer(3.0, 2)  # a seed, or the first proposal
     assert not transfer(4.0, 2) and not transfer(3.0, 1)
+
+
+@pytest.mark.parametrize(
+    "sample, place",
+    [("matmul-512-opencl-zen3", BATCH), ("matmul-512-iree-llvm-cpu-zen3", 1)],
+)
+def test_the_default_is_measured_last_in_the_first_batch_unless_it_is_the_compiler_s_choice(
+    sample, place
+):
+    """TVM's default schedule, the plainest, is the last trial of a run's first batch:
+    it is the report's baseline, not a guess at a fast config. IREE's default is
+    its own heuristics' choice, measured first, before the seeds."""
+    from autosched.tuning.replay import load_caches
+
+    (cache,) = load_caches(ROOT / "bench" / "replay" / f"{sample}.jsonl.gz")
+    space = ReplayRunner([cache]).space(cache.workload, target=cache.target, slot=cache.slot)
+    default = space.default().key
+    seeds = [c.key for c in space.seeds() if c.key != default]
+    assert seeds and space.heuristic_default == (place == 1)
+    for strategy, seed in (("model", 0), ("random", 1)):
+        run = autosched_run(cache, strategy, seed, 24)
+        assert run.index(default) + 1 == place and run.count(default) == 1
+        first = run[1:] if place == 1 else run
+        assert first[: len(seeds)] == seeds  # then the search's proposals
 
 
 def test_a_run_in_chunks_keeps_each_cache_s_seeds_and_reports_the_fewest(tmp_path):

@@ -171,6 +171,11 @@ class Space:
     # the device, not its limits: where its driver keeps refusing compiled kernels'
     # larger groups (:func:`autosched.tuning.pair.learn_group_cap`).
     group_cap: int = 0
+    # Whether default() is the compiler's own heuristic choice, a guess at a fast config
+    # that a tuning run measures first (IREE's), rather than the plainest schedule,
+    # measured last in the first batch as the report's baseline (TVM's: 27-335x slower
+    # than the best of the llvm replay samples; :func:`autosched.tuning.pair.propose`).
+    heuristic_default: bool = False
 
     def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:
         if target not in ALL_TARGETS:
@@ -203,8 +208,8 @@ class Space:
         raise NotImplementedError
 
     def default(self) -> Config:
-        """The plainest schedule: a tuning run's first trial, the baseline of its
-        speedups."""
+        """The plainest schedule (or the compiler's own choice, where
+        :attr:`heuristic_default`): the baseline of a tuning run's speedups."""
         raise NotImplementedError
 
     def untuned(self) -> Config:
@@ -278,8 +283,8 @@ class Space:
         return not self.group_cap or self.threads(config) <= self.group_cap
 
     def seeds(self) -> list[Config]:
-        """Configs worth measuring right after the default: the compiler's own choice
-        written out as knobs where the default leaves it to the compiler (none here)."""
+        """Configs worth measuring first: the compiler's own choice written out as knobs
+        where the default leaves it to the compiler (none here)."""
         return []
 
     def threads(self, config: Config) -> int:

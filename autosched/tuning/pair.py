@@ -163,14 +163,20 @@ def open_pair(
 def propose(pair: Pair, batch: int) -> list[Config]:
     """The pair's next batch of up to ``batch`` configs: the space's seeds (the compiler's
     own choice written out as knobs) not yet measured, its search's proposals, neither
-    measured nor in flight, and, until it is measured, the default schedule, last.
+    measured nor in flight, and, until it is measured, the default config: first where
+    it is the compiler's own heuristic choice (``Space.heuristic_default``: IREE's), last
+    where it is the plainest schedule (TVM's).
 
-    The default is measured for the report and the final's side by side, not as a guess
-    at a fast config: it goes at the end of the first batch, not before it. Alone first
-    it cost a round trip to the device, and the trial in front of every other: on the
-    llvm replay samples it ran 27-335x slower than the sample's best (a random config
+    The plainest schedule is measured for the report and the final's side by side, not
+    as a guess at a fast config. Alone before the first batch, as it was until
+    2026-12-07, it cost a round trip to the device and took the first trial: on the
+    llvm replay samples it runs 27-335x slower than the sample's best (a random config
     2.6-13x), which sank the best-so-far curve's first trial far below random search's
-    and took up to half of the methodology score's mean (bench/replay)."""
+    and took up to half of the methodology score's mean (bench/replay). IREE's default,
+    its own heuristics, is the compiler's choice as the seeds are: on its llvm-cpu
+    samples 1.1-3.1x the best's latency (see ``IreeSpace.heuristic_default``); measured
+    last, the 28x28 conv's score on the first Xeon's sample went from 0.98 to 0.58 (the
+    prior's first pick, with nothing measured, ran at 0.04 of the best)."""
     want = min(batch, left(pair))
     taken = pair.measured | pair.in_flight
     default = pair.default.key not in taken
@@ -189,7 +195,9 @@ def propose(pair: Pair, batch: int) -> list[Config]:
         if not proposed:
             break
     out = out[: max(room, 0)]
-    return [*out, pair.default] if default else out
+    if not default:
+        return out
+    return [pair.default, *out] if pair.space.heuristic_default else [*out, pair.default]
 
 
 def store(
