@@ -174,7 +174,8 @@ class Space:
     # Whether default() is the compiler's own heuristic choice, a guess at a fast config
     # that a tuning run measures first (IREE's), rather than the plainest schedule,
     # measured last in the first batch as the report's baseline (TVM's: 27-335x slower
-    # than the best of the llvm replay samples; :func:`autosched.tuning.pair.propose`).
+    # than the best of the llvm contraction replay samples; see
+    # :func:`autosched.tuning.pair.propose`).
     heuristic_default: bool = False
 
     def __init__(self, workload: Workload, *, target: str = "opencl", limits: DeviceLimits) -> None:

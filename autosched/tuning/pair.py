@@ -170,8 +170,8 @@ def propose(pair: Pair, batch: int) -> list[Config]:
     The plainest schedule is measured for the report and the final's side by side, not
     as a guess at a fast config. Alone before the first batch, as it was until
     2026-12-07, it cost a round trip to the device and took the first trial: on the
-    llvm replay samples it runs 27-335x slower than the sample's best (a random config
-    2.6-13x), which sank the best-so-far curve's first trial far below random search's
+    llvm replay samples of contractions it runs 27-335x slower than the sample's best (a
+    random config 6.7-13x; softmax 3.5-8.4x against 2.6-3.0x), which sank the best-so-far curve's first trial far below random search's
     and took up to half of the methodology score's mean (bench/replay). IREE's default,
     its own heuristics, is the compiler's choice as the seeds are: on its llvm-cpu
     samples 1.1-3.1x the best's latency (see ``IreeSpace.heuristic_default``); measured
