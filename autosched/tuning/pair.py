@@ -169,20 +169,21 @@ def propose(pair: Pair, batch: int) -> list[Config]:
 
     The plainest schedule is measured for the report and the final's side by side, not
     as a guess at a fast config. Alone before the first batch, as it was until
-    2026-12-07, it cost a round trip to the device and took the first trial: on the
-    llvm replay samples of contractions it runs 27-335x slower than the sample's best (a
-    random config 6.7-13x; softmax 3.5-8.4x against 2.6-3.0x), which sank the best-so-far curve's first trial far below random search's
-    and took up to half of the methodology score's mean (bench/replay). IREE's default,
-    its own heuristics, is the compiler's choice as the seeds are: on its llvm-cpu
-    samples 1.1-3.1x the best's latency (see ``IreeSpace.heuristic_default``); measured
-    last, the 28x28 conv's score on the first Xeon's sample went from 0.98 to 0.58 (the
-    prior's first pick, with nothing measured, ran at 0.04 of the best)."""
+    2026-12-07, it cost a round trip to the device and took the first trial: on the llvm
+    replay samples of contractions it runs 27-335x slower than the sample's best (a
+    random config 6.7-13x; softmax 3.5-8.4x against 2.6-3.0x), which sank the
+    best-so-far curve's first trial far below random search's and took up to half of the
+    methodology score's mean (bench/replay). IREE's default, its own heuristics, is the
+    compiler's choice as the seeds are: on its llvm-cpu samples 1.1-3.1x the best's
+    latency (see ``IreeSpace.heuristic_default``); measured last, the 28x28 conv's score
+    on the first Xeon's sample went from 0.98 to 0.58 (the prior's first pick, with
+    nothing measured, ran at 0.04 of the best)."""
     want = min(batch, left(pair))
     taken = pair.measured | pair.in_flight
     default = pair.default.key not in taken
-    room = want - 1 if default else want
+    room = max(0, want - int(default))  # the default takes a slot of the batch
     taken.add(pair.default.key)
-    out: list[Config] = [c for c in pair.space.seeds() if c.key not in taken][: max(room, 0)]
+    out: list[Config] = [c for c in pair.space.seeds() if c.key not in taken][:room]
     taken |= {c.key for c in out}
     for _ in range(3):  # a strategy may repeat what is in flight elsewhere; ask again
         if len(out) >= room:
@@ -194,7 +195,7 @@ def propose(pair: Pair, batch: int) -> list[Config]:
                 out.append(c)
         if not proposed:
             break
-    out = out[: max(room, 0)]
+    out = out[:room]
     if not default:
         return out
     return [pair.default, *out] if pair.space.heuristic_default else [*out, pair.default]
