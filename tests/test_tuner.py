@@ -16,7 +16,6 @@ import pytest
 
 import autosched
 from autosched.measure.build import build
-from autosched.measure.lifeline import _gone
 from autosched.measure.runner import TimingOptions
 from autosched.measure.worker import MeasureWorker
 from autosched.records.sqlite import SQLiteDatabase
@@ -180,45 +179,6 @@ def test_build_workers_and_measurement_children_start_with_tvm_imported(tmp_path
     )
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["parent", "False", "child", "True"], out.stdout
-
-
-def test_a_sigkilled_tune_leaves_no_multiprocessing_folder_behind(tmp_path):
-    """The fork server's listening socket lives in its parent's ``pymp-*`` folder, which
-    the parent removes at exit; SIGKILLed, it cannot: the server, ending once the parent
-    and its children are gone, removes it instead."""
-    script = tmp_path / "killed.py"
-    script.write_text(
-        "import os, time\n"
-        "from multiprocessing import util\n"
-        "from autosched.measure.lifeline import child_context, exit_with_parent\n\n"
-        "def child(parent):\n"
-        "    exit_with_parent(0.1, parent)\n"
-        "    time.sleep(300)\n\n"
-        "if __name__ == '__main__':\n"
-        "    ctx = child_context(tvm=False)\n"
-        "    p = ctx.Process(target=child, args=(os.getpid(),))\n"
-        "    p.start()\n"
-        "    print(util.get_temp_dir(), p.pid, flush=True)\n"
-        "    time.sleep(300)\n"
-    )
-    env = dict(os.environ, PYTHONPATH=os.getcwd(), TMPDIR=str(tmp_path))
-    proc = subprocess.Popen(
-        [sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env=env
-    )
-    try:
-        folder, child = proc.stdout.readline().split()
-        assert os.path.basename(folder).startswith("pymp-") and folder.startswith(str(tmp_path))
-        assert any(name.startswith("listener-") for name in os.listdir(folder))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-        deadline = time.monotonic() + 30
-        while os.path.exists(folder) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert not os.path.exists(folder)
-        assert _gone(int(child))  # the child went with its parent (its lifeline)
-    finally:
-        proc.kill()
-        proc.wait()
 
 
 def test_tune_json_has_what_scripts_read(tmp_path):

@@ -75,22 +75,14 @@ def child_context(*, tvm: bool) -> mp.context.BaseContext:
     not import it again: TVM's import takes about 3.5 s of a core, which spawned children
     each paid, two build workers and an llvm measurement child per tune (the server holds
     no threads, so forking it is safe). The server ends with this process; it is stopped
-    at exit (:func:`_stop_fork_server`), so it never outlives it; where this process is
-    SIGKILLed the server ends on its own and removes this process's multiprocessing
-    folder (:mod:`autosched.measure.fork_server`). Spawn where there is no fork server.
+    at exit (:func:`_stop_fork_server`), so it never outlives it. Spawn where there is no
+    fork server.
     """
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
-    from multiprocessing import util
-
-    from autosched.measure import fork_server
-
     ctx = mp.get_context("forkserver")
-    # The server removes this process's multiprocessing folder (its listening socket's)
-    # if it outlives this process: a SIGKILLed tune left it behind (see fork_server).
-    os.environ[fork_server.ENV] = f"{os.getpid()}:{util.get_temp_dir()}"
-    preload = ["__main__", fork_server.__name__]  # Python's default, and the clean-up
-    ctx.set_forkserver_preload([*preload, "tvm"] if tvm else preload)
+    if tvm:
+        ctx.set_forkserver_preload(["__main__", "tvm"])  # Python's default, and TVM
     return ctx
 
 
