@@ -310,40 +310,11 @@ def main(argv: list[str] | None = None) -> int:
                 "optuna-gp skipped: optuna's GPSampler needs torch (pip install torch "
                 "--index-url https://download.pytorch.org/whl/cpu)"
             )
-    if args.update and args.json.exists():
-        dropped = _dropped_by_update(args, entries, selected, strategies)
-        if dropped:
-            parser.error(dropped)
     kt_root = tempfile.TemporaryDirectory(prefix="autosched-kt-")
     try:
         return _run(args, entries, selected, strategies, kt_root.name)
     finally:
         kt_root.cleanup()
-
-
-def _dropped_by_update(
-    args: argparse.Namespace,
-    entries: list[dict[str, Any]],
-    selected: list[int],
-    strategies: list[str],
-) -> str:
-    """Why ``--update`` would lose figures (empty if it would not): an entry kept with
-    other seeds or another budget keeps none of the strategies this run does not redo,
-    so they must be redone too, or the entry's seeds and budget asked for."""
-    before = {e["file"]: e for e in json.loads(args.json.read_text())["caches"]}
-    for i in selected:
-        old = before.get(entries[i]["file"])
-        if not old or (old.get("seeds"), old.get("budget")) == (args.seeds, args.budget):
-            continue
-        lost = sorted(set(old["strategies"]) - set(strategies))
-        if lost:
-            return (
-                f"--update would drop {', '.join(lost)} from {entries[i]['file']}, replayed "
-                f"with {old.get('seeds')} seeds and a budget of {old.get('budget')}; "
-                f"accepted: --seeds {old.get('seeds')} --budget {old.get('budget')}, or "
-                "those strategies in --strategies too"
-            )
-    return ""
 
 
 def _run(
