@@ -45,6 +45,7 @@ import numpy as np  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
+from bench import replay_update  # noqa: E402
 from bench.replay_metrics import (  # noqa: E402
     methodology_score,
     per_seed,
@@ -221,6 +222,11 @@ def _support(
     return support(seeds, functools.partial(_targets, fixed=fixed), seed=zlib.crc32(file.encode()))
 
 
+def _rescore(entry: dict[str, Any]) -> None:
+    entry["targets"] = _targets(entry["strategies"], entry["fixed_trials"])
+    entry["support"] = _support(entry["file"], entry["strategies"], entry["fixed_trials"])
+
+
 def _plot(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
@@ -310,6 +316,11 @@ def main(argv: list[str] | None = None) -> int:
                 "optuna-gp skipped: optuna's GPSampler needs torch (pip install torch "
                 "--index-url https://download.pytorch.org/whl/cpu)"
             )
+    if args.update:
+        files = [entries[i]["file"] for i in selected]
+        refused = replay_update.refusal(args.json, files, strategies, args.seeds, args.budget)
+        if refused:
+            parser.error(refused)
     kt_root = tempfile.TemporaryDirectory(prefix="autosched-kt-")
     try:
         return _run(args, entries, selected, strategies, kt_root.name)
@@ -407,18 +418,7 @@ def _run(
         )
     if args.update and args.json.exists():
         order = [e["file"] for e in cache_list(args.folder)]
-        before = {e["file"]: e for e in json.loads(args.json.read_text())["caches"]}
-        for entry in results:  # strategies not rerun now keep their figures
-            old = before.pop(entry["file"], None)
-            if old and old.get("seeds") == entry["seeds"] and old.get("budget") == entry["budget"]:
-                entry["strategies"] = {**old["strategies"], **entry["strategies"]}
-                if not entry["transfer_from"]:  # no longer a transfer source for it
-                    entry["strategies"].pop("autosched-model-transfer", None)
-                entry["targets"] = _targets(entry["strategies"], entry["fixed_trials"])
-                entry["support"] = _support(
-                    entry["file"], entry["strategies"], entry["fixed_trials"]
-                )
-        results = sorted([*before.values(), *results], key=lambda e: order.index(e["file"]))
+        results = replay_update.merge(args.json, results, order, _rescore)
     report = {
         "benchmark": "replay",
         "budget": args.budget,

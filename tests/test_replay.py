@@ -801,3 +801,26 @@ def _sample_folder(folder, names: list[str]) -> None:
         (folder / name).write_bytes((ROOT / "bench" / "replay" / name).read_bytes())
     entries = [e for e in listed if e["file"] in names]
     (folder / "caches.json").write_text(json.dumps({"caches": entries}))
+
+
+def test_an_update_that_would_drop_other_strategies_figures_is_refused(tmp_path, capsys):
+    """``--update`` keeps the strategies a run does not redo only where the entry has
+    the run's seeds and budget; otherwise it says so and replays nothing, rather than
+    dropping them (as it once dropped the H100 samples' peers, replayed with 100 seeds)."""
+    import json
+
+    from bench.replay import main
+
+    name = "matmul-512-iree-vulkan-h100.jsonl.gz"
+    figures = {"trials_to_95": 10.0, "best_at_64": 1.0, "score": 0.5}
+    entry = {"file": name, "seeds": 100, "budget": 64, "strategies": {}}
+    entry["strategies"] = {"autosched-model": figures, "kernel_tuner-bayes_opt": figures}
+    out = tmp_path / "replay.json"
+    out.write_text(json.dumps({"caches": [entry]}))
+    args = ["--caches", name.removesuffix(".jsonl.gz"), "--strategies", "autosched-model"]
+    with pytest.raises(SystemExit) as exit_:
+        main([*args, "--seeds", "2", "--update", "--json", str(out)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "would drop kernel_tuner-bayes_opt from " + name in err and "--seeds 100" in err
+    assert json.loads(out.read_text())["caches"] == [entry]  # untouched
