@@ -20,10 +20,10 @@ def refusal(path: Path, files: list[str], strategies: list[str], seeds: int, bud
     that holds strategies this run does not redo."""
     if not path.exists():
         return ""
-    before = {e["file"]: e for e in json.loads(path.read_text())["caches"]}
+    before = _kept(path)
     for name in files:
         old = before.get(name)
-        if not old or (old.get("seeds"), old.get("budget")) == (seeds, budget):
+        if not old or _same_run(old, seeds, budget):
             continue
         lost = sorted(set(old["strategies"]) - set(strategies))
         if lost:
@@ -45,12 +45,23 @@ def merge(
     """This run's entries merged into those kept in ``path``, in the caches' ``order``:
     other caches' entries as they were, and for an entry of the same seeds and budget the
     strategies not rerun now, its targets recomputed by ``rescore``."""
-    before = {e["file"]: e for e in json.loads(path.read_text())["caches"]}
+    before = _kept(path)
     for entry in results:
         old = before.pop(entry["file"], None)
-        if old and old.get("seeds") == entry["seeds"] and old.get("budget") == entry["budget"]:
+        if old and _same_run(old, entry["seeds"], entry["budget"]):
             entry["strategies"] = {**old["strategies"], **entry["strategies"]}
             if not entry["transfer_from"]:  # no longer a transfer source for it
                 entry["strategies"].pop("autosched-model-transfer", None)
             rescore(entry)
     return sorted([*before.values(), *results], key=lambda e: order.index(e["file"]))
+
+
+def _kept(path: Path) -> dict[str, dict[str, Any]]:
+    """The entries kept in ``path``, by sample file."""
+    return {e["file"]: e for e in json.loads(path.read_text())["caches"]}
+
+
+def _same_run(old: dict[str, Any], seeds: int, budget: int) -> bool:
+    """Whether a kept entry was replayed with these seeds and budget: only then do its
+    other strategies' figures compare with this run's, and are kept beside them."""
+    return (old.get("seeds"), old.get("budget")) == (seeds, budget)
